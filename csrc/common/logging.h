@@ -1,0 +1,32 @@
+// Minimal leveled logging to stderr, prefixed with the world rank, so a message from
+// a multi-rank job says where it came from. Level: HOROVODLITE_LOG_LEVEL
+// (trace, debug, info, warning, error, fatal; default warning).
+#pragma once
+#include <sstream>
+#include <string>
+
+namespace hvdl {
+
+enum class LogLevel { TRACE = 0, DEBUG, INFO, WARNING, ERROR, FATAL };
+
+LogLevel log_threshold();
+void set_log_rank(int rank);
+void log_write(LogLevel level, const std::string& msg);
+
+class LogLine {
+ public:
+  explicit LogLine(LogLevel l) : level_(l) {}
+  ~LogLine() { log_write(level_, os_.str()); }
+  template <class T> LogLine& operator<<(const T& v) { os_ << v; return *this; }
+
+ private:
+  LogLevel level_;
+  std::ostringstream os_;
+};
+
+}  // namespace hvdl
+
+#define HVDL_LOG(LEVEL)                                                    \
+  if (::hvdl::LogLevel::LEVEL < ::hvdl::log_threshold()) {                  \
+  } else                                                                   \
+    ::hvdl::LogLine(::hvdl::LogLevel::LEVEL)

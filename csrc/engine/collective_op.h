@@ -1,0 +1,100 @@
+// One collective = one file implementing this interface: how the coordinator checks
+// that all ranks asked for compatible things, which responses may share a fusion
+// buffer, and how to run it with the algorithms in collectives/.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "../collectives/reducer.h"
+#include "../common/buffer.h"
+#include "../transport/transport.h"
+#include "message.h"
+#include "tensor_queue.h"
+
+namespace hvdl {
+
+struct ExecContext {
+  Transport& transport;
+  const Reducer& reducer;
+  HostBuffer& fusion;   // persistent fusion buffer of this process set
+  HostBuffer& scratch;  // persistent receive buffer of the algorithms
+  size_t fusion_threshold;
+};
+
+class CollectiveOp {
+ public:
+  virtual ~CollectiveOp() = default;
+  virtual OpType type() const = 0;
+  // reqs[r] is rank r's request, or null for a rank that has joined. The caller has
+  // already checked op type, dtype and device. Fill `resp` (shape, sizes, ...) or set
+  // resp.error naming the mismatch.
+  virtual void validate(const std::vector<const Request*>& reqs, Response& resp) const = 0;
+  // Byte size this response occupies in the fusion buffer, or 0 if it never fuses.
+  virtual size_t fusion_bytes(const Response&) const { return 0; }
+  // Responses that may share one fusion buffer return equal keys.
+  virtual std::string fusion_key(const Response&) const { return {}; }
+  // Run a group of responses. entries[i] is this rank's entry for group[i], or null
+  // when this rank has joined. Throws on transport failure.
+  virtual void execute(ExecContext& ctx, const std::vector<const Response*>& group,
+                       const std::vector<TensorEntry*>& entries) const = 0;
+};
+
+const CollectiveOp* find_op(OpType t);
+
+// Called at static-initialisation time by each op's file.
+struct OpRegistrar {
+  explicit OpRegistrar(std::unique_ptr<CollectiveOp> op);
+};
+
+// Helpers for error messages: "rank 0 has float32, rank 1 has float64".
+template <class Fn>
+std::string describe_by_rank(const std::vector<const Request*>& reqs, Fn value_of);
+std::string mismatch_error(const Request& any, const std::string& what, const std::string& detail);
+
+}  // namespace hvdl
+
+#include <map>
+#include <sstream>
+
+namespace hvdl {
+
+template <class Fn>
+std::string describe_by_rank(const std::vector<const Request*>& reqs, Fn value_of) {
+  std::map<std::string, std::vector<int>> by_value;
+  std::vector<std::string> order;
+  for (size_t r = 0; r < reqs.size(); ++r) {
+    if (!reqs[r]) continue;
+    std::string v = value_of(*reqs[r]);
+    if (!by_value.count(v)) order.push_back(v);
+    by_value[v].push_back(static_cast<int>(r));
+  }
+  std::ostringstream os;
+  for (size_t i = 0; i < order.size(); ++i) {
+    auto& ranks = by_value[order[i]];
+    os << (i ? ", " : "") << (ranks.size() > 1 ? "ranks " : "rank ");
+    for (size_t j = 0; j < ranks.size(); ++j) os << (j ? "," : "") << ranks[j];
+    os << (ranks.size() > 1 ? " have " : " has ") << order[i];
+  }
+  return os.str();
+}
+
+// True if value_of(...) is the same for every present request; else sets resp.error.
+template <class Fn>
+bool check_same(const std::vector<const Request*>& reqs, Response& resp, const char* what,
+                Fn value_of) {
+  const Request* first = nullptr;
+  for (auto* q : reqs)
+    if (q) { first = q; break; }
+  if (!first) return true;
+  std::string v0 = value_of(*first);
+  for (auto* q : reqs) {
+    if (q && value_of(*q) != v0) {
+      resp.error = mismatch_error(*first, what, describe_by_rank(reqs, value_of));
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace hvdl

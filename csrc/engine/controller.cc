@@ -1,0 +1,146 @@
+#include "controller.h"
+
+#include <algorithm>
+
+#include "../common/logging.h"
+
+namespace hvdl {
+
+namespace {
+enum Flag : uint64_t {  // stored inverted, so the AND of all ranks is a NOR
+  kNothingToSend = 1, kNoShutdown = 2,
+};
+}
+
+Controller::Controller(Transport& t, size_t cache_capacity, double stall_warn_s,
+                       double stall_fail_s)
+    : t_(t), cache_(cache_capacity) {
+  if (t.rank() == 0) coord_ = std::make_unique<Coordinator>(t.size(), stall_warn_s, stall_fail_s);
+  words_ = (cache_capacity + 63) / 64;
+  // A cached request waiting this long is sent to the coordinator instead, which is
+  // the only place that can tell which ranks are missing.
+  double limit = stall_warn_s > 0 ? stall_warn_s : stall_fail_s;
+  if (stall_fail_s > 0) limit = std::min(limit, stall_fail_s);
+  cached_report_s_ = limit > 0 ? limit / 2 : 0;
+}
+
+void Controller::requeue(uint32_t bit) {
+  auto it = pending_cached_.find(bit);
+  if (it == pending_cached_.end()) return;
+  unsent_.push_back(std::move(it->second.req));
+  pending_cached_.erase(it);
+}
+
+RoundResult Controller::round(std::vector<Request> fresh, bool want_shutdown) {
+  RoundResult res;
+  auto now = Clock::now();
+  for (auto& q : fresh) {
+    q.rank = t_.rank();
+    uint32_t bit = 0;
+    auto found = others_joined_ ? ResponseCache::MISS : cache_.lookup(q, &bit);
+    if (found == ResponseCache::HIT) {
+      pending_cached_[bit] = Cached{std::move(q), now};
+      continue;
+    }
+    if (found == ResponseCache::CONFLICT) invalidate_.push_back(bit);
+    unsent_.push_back(std::move(q));
+  }
+  if (cached_report_s_ > 0)
+    for (auto& kv : pending_cached_)
+      if (std::chrono::duration<double>(now - kv.second.since).count() >= cached_report_s_)
+        invalidate_.push_back(kv.first);
+  bool coord_errors = false;
+  std::vector<Response> stall_errors;
+  if (coord_) {
+    stall_errors = coord_->check_stalls(now);
+    coord_errors = !stall_errors.empty();
+  }
+
+  // [flags][ready bits][valid bits]
+  std::vector<uint64_t> vote(1 + 2 * words_, 0);
+  vote[0] = (unsent_.empty() && !coord_errors ? kNothingToSend : 0) |
+            (want_shutdown ? 0 : kNoShutdown);
+  for (auto& kv : pending_cached_) vote[1 + kv.first / 64] |= uint64_t(1) << (kv.first % 64);
+  for (size_t w = 0; w < words_; ++w) vote[1 + words_ + w] = ~uint64_t(0);
+  for (uint32_t b : invalidate_) vote[1 + words_ + b / 64] &= ~(uint64_t(1) << (b % 64));
+  invalidate_.clear();
+  t_.allreduce_and(vote.data(), vote.size());
+  res.shutdown = !(vote[0] & kNoShutdown);
+  bool do_gather = !(vote[0] & kNothingToSend);
+
+  // Invalidated bits are dropped everywhere; requests waiting on them go to the
+  // coordinator in this very round.
+  for (size_t w = 0; w < words_; ++w) {
+    uint64_t invalid = ~vote[1 + words_ + w];
+    while (invalid) {
+      uint32_t b = static_cast<uint32_t>(w * 64 + __builtin_ctzll(invalid));
+      invalid &= invalid - 1;
+      if (b >= cache_.capacity()) continue;
+      requeue(b);
+      cache_.erase(b);
+      do_gather = true;
+      vote[1 + w] &= ~(uint64_t(1) << (b % 64));
+    }
+  }
+  for (size_t w = 0; w < words_; ++w) {
+    uint64_t ready = vote[1 + w];
+    while (ready) {
+      uint32_t b = static_cast<uint32_t>(w * 64 + __builtin_ctzll(ready));
+      ready &= ready - 1;
+      res.responses.push_back(cache_.response(b));
+      cache_.touch(b);
+      pending_cached_.erase(b);
+    }
+  }
+
+  if (do_gather) {
+    res.cache_only = false;
+    std::string mine = encode_requests(unsent_);
+    unsent_.clear();
+    auto all = t_.gather(mine, 0);
+    std::string answer;
+    if (coord_) {
+      for (auto& part : all)
+        for (auto& q : decode_requests(part)) coord_->add(std::move(q), now);
+      auto ready = coord_->take_ready();
+      ready.insert(ready.end(), stall_errors.begin(), stall_errors.end());
+      // Tell everyone whether some rank has joined: while one has, cached requests
+      // cannot complete (joined ranks never vote), so all go to the coordinator.
+      Response state;
+      state.name = "";
+      state.joined.assign(coord_->joined().begin(), coord_->joined().end());
+      ready.insert(ready.begin(), state);
+      answer = encode_responses(ready);
+    }
+    t_.broadcast(answer, 0);
+    auto decoded = decode_responses(answer);
+    bool joined_now = !decoded.front().joined.empty();
+    if (joined_now && !others_joined_) {
+      for (auto& kv : pending_cached_) unsent_.push_back(std::move(kv.second.req));
+      pending_cached_.clear();
+    }
+    others_joined_ = joined_now;
+    res.responses.insert(res.responses.end(), std::make_move_iterator(decoded.begin() + 1),
+                         std::make_move_iterator(decoded.end()));
+  }
+  return res;
+}
+
+void Controller::executed(const Response& r, const Request* local) {
+  if (!local || !ResponseCache::cacheable(r)) return;
+  int64_t evicted = cache_.put(r, *local);
+  if (evicted >= 0) requeue(static_cast<uint32_t>(evicted));
+}
+
+Clock::time_point Controller::next_deadline() const {
+  auto best = Clock::time_point::max();
+  if (!unsent_.empty()) return Clock::now();
+  if (coord_) best = coord_->next_deadline();
+  if (cached_report_s_ > 0)
+    for (auto& kv : pending_cached_)
+      best = std::min(best, kv.second.since + std::chrono::duration_cast<Clock::duration>(
+                                                  std::chrono::duration<double>(cached_report_s_)));
+  return best;
+}
+
+}  // namespace hvdl

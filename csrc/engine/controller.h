@@ -1,0 +1,55 @@
+// One negotiation round, run by every rank of a process set at the same time:
+//   1. fresh requests found in the response cache only set their bit;
+//   2. one bitwise-AND allreduce of [flags | cache bits | still-valid bits] tells
+//      every rank which cached tensors are ready everywhere and whether anyone has
+//      something the cache cannot answer (or wants to shut down);
+//   3. only then: gather the uncached requests to the coordinator, broadcast its answer.
+// In steady state (same tensors every step) a round is step 2 alone.
+#pragma once
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "../transport/transport.h"
+#include "coordinator.h"
+#include "response_cache.h"
+
+namespace hvdl {
+
+struct RoundResult {
+  std::vector<Response> responses;  // execute in this order on every rank
+  bool shutdown = false;            // some rank asked to shut down
+  bool cache_only = true;           // no gather/broadcast was needed
+};
+
+class Controller {
+ public:
+  Controller(Transport& t, size_t cache_capacity, double stall_warn_s, double stall_fail_s);
+
+  RoundResult round(std::vector<Request> fresh, bool want_shutdown);
+  // After a response ran: cache it (identically on every rank).
+  void executed(const Response& r, const Request* local);
+  // When this rank needs a round for its own timers (stall checks, cached requests
+  // that wait too long and must be reported to the coordinator after all).
+  Clock::time_point next_deadline() const;
+  bool has_pending() const { return !pending_cached_.empty() || !unsent_.empty(); }
+
+ private:
+  struct Cached {
+    Request req;
+    Clock::time_point since;
+  };
+  void requeue(uint32_t bit);
+
+  Transport& t_;
+  ResponseCache cache_;
+  std::unique_ptr<Coordinator> coord_;  // rank 0 only
+  std::map<uint32_t, Cached> pending_cached_;
+  std::vector<Request> unsent_;
+  std::vector<uint32_t> invalidate_;
+  bool others_joined_ = false;
+  double cached_report_s_;
+  size_t words_;
+};
+
+}  // namespace hvdl

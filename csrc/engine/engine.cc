@@ -1,0 +1,166 @@
+#include "engine.h"
+
+#include <algorithm>
+#include <numeric>
+#include <stdexcept>
+
+#include "../common/env.h"
+#include "../common/logging.h"
+
+namespace hvdl {
+
+Engine& Engine::get() {
+  static Engine* e = new Engine();  // never destroyed: workers may outlive static teardown
+  return *e;
+}
+
+static EngineParams read_params() {
+  EngineParams p;
+  p.fusion_threshold = static_cast<size_t>(env_int("FUSION_THRESHOLD", 128ll << 20));
+  p.cycle_time_ms = env_double("CYCLE_TIME", 1.0);
+  p.cache_capacity = static_cast<size_t>(env_int("CACHE_CAPACITY", 1024));
+  p.stall_warn_s = env_double("STALL_CHECK_TIME_SECONDS", 60);
+  if (env_is_set("STALL_CHECK_DISABLE") && env_int("STALL_CHECK_DISABLE", 0)) p.stall_warn_s = 0;
+  p.stall_fail_s = env_double("STALL_SHUTDOWN_TIME_SECONDS", 0);
+  return p;
+}
+
+void Engine::init(long long fortran_comm, const std::vector<int>& ranks) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (world_) return;
+  params_ = read_params();
+  world_ = make_mpi_world(fortran_comm, ranks);
+  const Topology& t = world_->topology();
+  set_log_rank(t.rank);
+  std::vector<int> all(t.size);
+  std::iota(all.begin(), all.end(), 0);
+  set_ranks_[0] = all;
+  workers_[0] = std::make_unique<Worker>(world_->create_group(all), params_, 0);
+  next_set_id_ = 1;
+  HVDL_LOG(DEBUG) << "initialised: size " << t.size << ", local " << t.local_rank << "/"
+                  << t.local_size << ", fusion " << params_.fusion_threshold << " B, cycle "
+                  << params_.cycle_time_ms << " ms";
+}
+
+void Engine::shutdown() {
+  std::lock_guard<std::mutex> l(mu_);
+  if (!world_) return;
+  // Stop every worker first (each ends in a round its peers join), then free the world.
+  for (auto& kv : workers_) kv.second->stop();
+  workers_.clear();
+  set_ranks_.clear();
+  world_.reset();
+}
+
+bool Engine::initialized() {
+  std::lock_guard<std::mutex> l(mu_);
+  return world_ != nullptr;
+}
+
+const Topology& Engine::topology() {
+  std::lock_guard<std::mutex> l(mu_);
+  if (!world_) throw std::runtime_error("horovodlite has not been initialized; call hvd.init() first");
+  return world_->topology();
+}
+
+bool Engine::threads_supported() {
+  std::lock_guard<std::mutex> l(mu_);
+  return world_ && world_->threads_supported();
+}
+
+Worker* Engine::worker_for(int id) {
+  if (!world_)
+    throw std::runtime_error("horovodlite has not been initialized; call hvd.init() first");
+  auto it = workers_.find(id);
+  if (it != workers_.end()) return it->second.get();
+  if (set_ranks_.count(id))
+    throw std::runtime_error("horovodlite: rank " + std::to_string(world_->topology().rank) +
+                             " is not a member of process set " + std::to_string(id));
+  throw std::runtime_error("horovodlite: unknown process set " + std::to_string(id));
+}
+
+int64_t Engine::enqueue(EnqueueArgs a) {
+  std::lock_guard<std::mutex> l(mu_);
+  Worker* w = worker_for(a.process_set);
+  auto e = std::make_unique<TensorEntry>();
+  e->req = std::move(a.req);
+  e->input = a.input;
+  e->output = a.output;
+  e->handle = std::make_shared<HandleState>();
+  e->enqueued = Clock::now();
+  auto h = e->handle;
+  w->queue().push(std::move(e));
+  return handles_.add(h);
+}
+
+std::shared_ptr<HandleState> Engine::handle(int64_t id) {
+  auto h = handles_.get(id);
+  if (!h) throw std::invalid_argument("horovodlite: unknown handle " + std::to_string(id));
+  return h;
+}
+
+void Engine::wait(int64_t id) {
+  auto h = handle(id);
+  if (!h->poll()) {
+    std::lock_guard<std::mutex> l(mu_);
+    for (auto& kv : workers_) kv.second->queue().request_flush();
+  }
+  h->wait();
+}
+
+int Engine::add_process_set(const std::vector<int>& ranks) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (!world_) throw std::runtime_error("horovodlite has not been initialized; call hvd.init() first");
+  std::vector<int> sorted = ranks;
+  std::sort(sorted.begin(), sorted.end());
+  sorted.erase(std::unique(sorted.begin(), sorted.end()), sorted.end());
+  for (int r : sorted)
+    if (r < 0 || r >= world_->topology().size)
+      throw std::invalid_argument("horovodlite: process set rank " + std::to_string(r) +
+                                  " is out of range for size " +
+                                  std::to_string(world_->topology().size));
+  for (auto& kv : set_ranks_)
+    if (kv.second == sorted) return kv.first;
+  int id = next_set_id_++;
+  auto t = world_->create_group(sorted);
+  set_ranks_[id] = sorted;
+  if (t) workers_[id] = std::make_unique<Worker>(std::move(t), params_, id);
+  return id;
+}
+
+void Engine::remove_process_set(int id) {
+  std::unique_ptr<Worker> w;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (id == 0) throw std::invalid_argument("horovodlite: the global process set cannot be removed");
+    auto it = workers_.find(id);
+    if (it != workers_.end()) {
+      w = std::move(it->second);
+      workers_.erase(it);
+    }
+    set_ranks_.erase(id);
+  }
+  w.reset();  // joins the worker outside the lock: its peers must do the same
+}
+
+std::vector<int> Engine::process_set_ranks(int id) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = set_ranks_.find(id);
+  return it == set_ranks_.end() ? std::vector<int>() : it->second;
+}
+
+int Engine::process_set_rank(int id) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = workers_.find(id);
+  return it == workers_.end() ? -1 : it->second->transport().rank();
+}
+
+std::map<std::string, uint64_t> Engine::stats(int id) {
+  std::lock_guard<std::mutex> l(mu_);
+  Worker* w = worker_for(id);
+  const auto& s = w->stats();
+  return {{"rounds", s.rounds}, {"full_rounds", s.full_rounds}, {"groups", s.groups},
+          {"tensors", s.tensors}, {"bytes", s.bytes}};
+}
+
+}  // namespace hvdl

@@ -1,0 +1,34 @@
+#include "fusion_planner.h"
+
+#include <map>
+
+#include "collective_op.h"
+#include "fusion_layout.h"
+
+namespace hvdl {
+
+std::vector<std::vector<const Response*>> plan_fusion(const std::vector<Response>& responses,
+                                                      size_t threshold) {
+  std::vector<std::vector<const Response*>> groups;
+  std::map<std::string, std::pair<size_t, size_t>> open;  // key -> (group index, bytes)
+  for (const Response& r : responses) {
+    const CollectiveOp* op = r.ok() ? find_op(r.op) : nullptr;
+    size_t bytes = op ? op->fusion_bytes(r) : 0;
+    if (!op || bytes == 0 || threshold == 0 || FusionLayout::align(bytes) > threshold) {
+      groups.push_back({&r});
+      continue;
+    }
+    std::string key = std::to_string(static_cast<int>(r.op)) + ':' + op->fusion_key(r);
+    auto it = open.find(key);
+    if (it != open.end() && it->second.second + FusionLayout::align(bytes) <= threshold) {
+      groups[it->second.first].push_back(&r);
+      it->second.second += FusionLayout::align(bytes);
+      continue;
+    }
+    open[key] = {groups.size(), FusionLayout::align(bytes)};
+    groups.push_back({&r});
+  }
+  return groups;
+}
+
+}  // namespace hvdl

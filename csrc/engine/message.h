@@ -1,0 +1,59 @@
+// What ranks tell the coordinator (Request: "tensor `name` is ready here, with these
+// properties") and what it answers (Response: "execute `name` now", or an error).
+// Both travel as bytes through Transport::gather / broadcast.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "../common/dtype.h"
+
+namespace hvdl {
+
+enum class OpType : int32_t {
+  ALLREDUCE = 0, ALLGATHER = 1, BROADCAST = 2, ALLTOALL = 3, REDUCESCATTER = 4,
+  BARRIER = 5, JOIN = 6,
+};
+constexpr int kNumOpTypes = 7;
+const char* op_type_name(OpType t);
+
+struct Request {
+  int32_t rank = 0;  // rank within the process set
+  std::string name;
+  OpType op = OpType::ALLREDUCE;
+  DataType dtype = DataType::FLOAT32;
+  std::vector<int64_t> shape;
+  ReduceOp reduce_op = ReduceOp::SUM;
+  double prescale = 1.0, postscale = 1.0;
+  int32_t root = -1;
+  int32_t device = -1;          // -1 = host memory, else GPU ordinal
+  std::vector<int64_t> splits;  // alltoall
+  std::string group;            // grouped ops: negotiated and released together
+  int32_t group_size = 0;
+};
+
+struct Response {
+  std::string name;
+  OpType op = OpType::ALLREDUCE;
+  DataType dtype = DataType::FLOAT32;
+  std::vector<int64_t> shape;  // the agreed shape (allgather: with rank 0's first dim)
+  ReduceOp reduce_op = ReduceOp::SUM;
+  double prescale = 1.0, postscale = 1.0;
+  int32_t root = -1;
+  int32_t device = -1;
+  std::vector<int64_t> sizes;  // op-specific: allgather first dims per rank; alltoall N*N splits
+  std::vector<int32_t> joined;  // ranks that had joined when this was agreed
+  std::string group;
+  std::string error;  // non-empty: fail the tensor on every rank with this message
+  int32_t last_joined = -1;  // JOIN: the last rank to join
+  bool ok() const { return error.empty(); }
+};
+
+std::string encode_requests(const std::vector<Request>& v);
+std::vector<Request> decode_requests(const std::string& bytes);
+std::string encode_responses(const std::vector<Response>& v);
+std::vector<Response> decode_responses(const std::string& bytes);
+
+std::string shape_str(const std::vector<int64_t>& shape);
+
+}  // namespace hvdl

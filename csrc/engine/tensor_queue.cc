@@ -1,0 +1,115 @@
+#include "tensor_queue.h"
+
+#include <stdexcept>
+
+namespace hvdl {
+
+static size_t request_bytes(const Request& q) {
+  size_t n = dtype_size(q.dtype);
+  for (auto d : q.shape) n *= static_cast<size_t>(d);
+  return n;
+}
+
+void TensorQueue::push(std::unique_ptr<TensorEntry> e) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    const std::string& name = e->req.name;
+    if (table_.count(name))
+      throw std::invalid_argument("horovodlite: a collective named '" + name +
+                                  "' is already in flight on this rank; names must be unique "
+                                  "until the previous one completes");
+    if (fresh_.empty()) oldest_fresh_ = Clock::now();
+    fresh_.push_back(name);
+    fresh_bytes_ += request_bytes(e->req);
+    table_[name] = std::move(e);
+  }
+  cv_.notify_all();
+}
+
+bool TensorQueue::ready_locked(Clock::time_point now, std::chrono::nanoseconds window,
+                               size_t bytes) {
+  if (shutdown_) return true;
+  if (fresh_.empty()) return false;
+  return flush_ || now - oldest_fresh_ >= window || fresh_bytes_ >= bytes;
+}
+
+bool TensorQueue::wait_for_work(std::chrono::nanoseconds timeout,
+                                std::chrono::nanoseconds window, size_t bytes) {
+  std::unique_lock<std::mutex> l(mu_);
+  auto now = Clock::now();
+  if (ready_locked(now, window, bytes)) return true;
+  auto until = now + timeout;
+  // Fresh work held back for batching wakes us when its window closes.
+  if (!fresh_.empty() && oldest_fresh_ + window < until) until = oldest_fresh_ + window;
+  cv_.wait_until(l, until, [&] { return ready_locked(Clock::now(), window, bytes); });
+  return ready_locked(Clock::now(), window, bytes);
+}
+
+bool TensorQueue::has_fresh_ready(std::chrono::nanoseconds window, size_t bytes) {
+  std::lock_guard<std::mutex> l(mu_);
+  return ready_locked(Clock::now(), window, bytes);
+}
+
+std::vector<Request> TensorQueue::take_fresh() {
+  std::lock_guard<std::mutex> l(mu_);
+  std::vector<Request> out;
+  out.reserve(fresh_.size());
+  for (auto& n : fresh_) out.push_back(table_.at(n)->req);
+  fresh_.clear();
+  fresh_bytes_ = 0;
+  flush_ = false;
+  return out;
+}
+
+std::unique_ptr<TensorEntry> TensorQueue::take(const std::string& name) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = table_.find(name);
+  if (it == table_.end()) return nullptr;
+  auto e = std::move(it->second);
+  table_.erase(it);
+  return e;
+}
+
+TensorEntry* TensorQueue::find(const std::string& name) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = table_.find(name);
+  return it == table_.end() ? nullptr : it->second.get();
+}
+
+bool TensorQueue::has_in_flight() {
+  std::lock_guard<std::mutex> l(mu_);
+  return !table_.empty();
+}
+
+std::vector<std::unique_ptr<TensorEntry>> TensorQueue::take_all() {
+  std::lock_guard<std::mutex> l(mu_);
+  std::vector<std::unique_ptr<TensorEntry>> out;
+  for (auto& kv : table_) out.push_back(std::move(kv.second));
+  table_.clear();
+  fresh_.clear();
+  fresh_bytes_ = 0;
+  return out;
+}
+
+void TensorQueue::request_flush() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    flush_ = true;
+  }
+  cv_.notify_all();
+}
+
+void TensorQueue::request_shutdown() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    shutdown_ = true;
+  }
+  cv_.notify_all();
+}
+
+bool TensorQueue::shutdown_requested() {
+  std::lock_guard<std::mutex> l(mu_);
+  return shutdown_;
+}
+
+}  // namespace hvdl

@@ -1,0 +1,63 @@
+// Hand-off between callers' threads and a process set's background thread: callers
+// add entries and wake the thread; the thread takes the fresh requests each round
+// and looks entries up by name when a response says to execute them.
+#pragma once
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "handle.h"
+#include "message.h"
+
+namespace hvdl {
+
+using Clock = std::chrono::steady_clock;
+
+struct TensorEntry {
+  Request req;
+  const void* input = nullptr;
+  void* output = nullptr;  // null: the op allocates the output into handle->out
+  std::shared_ptr<HandleState> handle;
+  Clock::time_point enqueued;
+};
+
+class TensorQueue {
+ public:
+  // Throws std::invalid_argument when the name is already in flight.
+  void push(std::unique_ptr<TensorEntry> e);
+
+  // Waits up to `timeout` for a reason to run a round; returns true if there is one
+  // (see Worker for what counts). `batch_window`: how long fresh work may wait for
+  // more to batch with it unless someone is blocked on a result.
+  bool wait_for_work(std::chrono::nanoseconds timeout, std::chrono::nanoseconds batch_window,
+                     size_t batch_bytes);
+  // Non-blocking form of wait_for_work's test.
+  bool has_fresh_ready(std::chrono::nanoseconds batch_window, size_t batch_bytes);
+  std::vector<Request> take_fresh();
+  std::unique_ptr<TensorEntry> take(const std::string& name);
+  TensorEntry* find(const std::string& name);
+  bool has_in_flight();
+  std::vector<std::unique_ptr<TensorEntry>> take_all();
+
+  void request_flush();  // a caller is blocked waiting: do not hold work back
+  void request_shutdown();
+  bool shutdown_requested();
+  void notify() { cv_.notify_all(); }
+
+ private:
+  bool ready_locked(Clock::time_point now, std::chrono::nanoseconds window, size_t bytes);
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::unordered_map<std::string, std::unique_ptr<TensorEntry>> table_;
+  std::vector<std::string> fresh_;
+  size_t fresh_bytes_ = 0;
+  Clock::time_point oldest_fresh_;
+  bool flush_ = false, shutdown_ = false;
+};
+
+}  // namespace hvdl

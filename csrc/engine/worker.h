@@ -1,0 +1,57 @@
+// The background thread of one process set: waits for work (or a peer's wake-up),
+// runs a negotiation round, executes what was agreed and completes the handles.
+// Each process set has its own, so sets never wait on each other.
+#pragma once
+#include <atomic>
+#include <memory>
+#include <thread>
+
+#include "../collectives/reducer.h"
+#include "../common/buffer.h"
+#include "../transport/transport.h"
+#include "controller.h"
+#include "tensor_queue.h"
+
+namespace hvdl {
+
+struct EngineParams {
+  size_t fusion_threshold = 128u << 20;
+  double cycle_time_ms = 1.0;
+  size_t cache_capacity = 1024;
+  double stall_warn_s = 60, stall_fail_s = 0;
+};
+
+struct WorkerStats {
+  std::atomic<uint64_t> rounds{0}, full_rounds{0}, groups{0}, tensors{0}, bytes{0};
+};
+
+class Worker {
+ public:
+  Worker(std::unique_ptr<Transport> t, EngineParams p, int id);
+  ~Worker();  // requests shutdown and joins the thread
+
+  TensorQueue& queue() { return queue_; }
+  Transport& transport() { return *transport_; }
+  const WorkerStats& stats() const { return stats_; }
+  int id() const { return id_; }
+  void stop();
+
+ private:
+  void loop();
+  void wait_for_round();
+  void execute(const std::vector<Response>& responses);
+  void fail_all(const std::string& why);
+
+  std::unique_ptr<Transport> transport_;
+  EngineParams params_;
+  int id_;
+  TensorQueue queue_;
+  Controller controller_;
+  HostBuffer fusion_, scratch_;
+  WorkerStats stats_;
+  uint64_t round_ = 1;
+  bool running_ = true;
+  std::thread thread_;
+};
+
+}  // namespace hvdl

@@ -1,0 +1,138 @@
+// The only file that knows Python. Tensors arrive as raw pointers plus dtype and
+// shape, so no framework is compiled in: the Python layer turns numpy arrays, torch
+// tensors, tf tensors or jax arrays into pointers and keeps them alive until done.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstdlib>
+#include <stdexcept>
+
+#include "../engine/engine.h"
+#include "../reduce/identity.h"
+#include "../reduce/reduce.h"
+
+namespace py = pybind11;
+using namespace hvdl;
+
+namespace {
+
+struct InternalError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+void* as_ptr(uintptr_t p) { return reinterpret_cast<void*>(p); }
+
+int64_t enqueue(int op, const std::string& name, uintptr_t in, uintptr_t out, int dtype,
+                std::vector<int64_t> shape, int reduce_op, double prescale, double postscale,
+                int root, int device, std::vector<int64_t> splits, const std::string& group,
+                int group_size, int process_set) {
+  EnqueueArgs a;
+  a.process_set = process_set;
+  a.req.name = name;
+  a.req.op = static_cast<OpType>(op);
+  a.req.dtype = static_cast<DataType>(dtype);
+  a.req.shape = std::move(shape);
+  a.req.reduce_op = static_cast<ReduceOp>(reduce_op);
+  a.req.prescale = prescale;
+  a.req.postscale = postscale;
+  a.req.root = root;
+  a.req.device = device;
+  a.req.splits = std::move(splits);
+  a.req.group = group;
+  a.req.group_size = group_size;
+  a.input = as_ptr(in);
+  a.output = as_ptr(out);
+  return Engine::get().enqueue(std::move(a));
+}
+
+void wait(int64_t h) {
+  auto st = Engine::get().handle(h);
+  {
+    py::gil_scoped_release nogil;
+    Engine::get().wait(h);
+  }
+  if (!st->status.is_ok()) throw InternalError(st->status.message());
+}
+
+// Engine-owned output as a flat uint8 array that keeps the memory alive; the Python
+// layer views it with the right dtype and shape (no copy).
+py::object output(int64_t h) {
+  auto st = Engine::get().handle(h);
+  if (!st->out) return py::none();
+  size_t bytes = 1;
+  for (auto d : st->out_shape) bytes *= static_cast<size_t>(d);
+  auto* keep = new std::shared_ptr<void>(st->out);
+  py::capsule owner(keep, [](void* p) { delete static_cast<std::shared_ptr<void>*>(p); });
+  return py::array_t<uint8_t>({static_cast<py::ssize_t>(bytes)}, {1},
+                              static_cast<uint8_t*>(st->out.get()), owner);
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_core, m) {
+  m.doc() = "horovodlite core engine";
+  py::register_exception<InternalError>(m, "HorovodInternalError", PyExc_RuntimeError);
+
+  m.def("init", [](long long comm, std::vector<int> ranks) {
+    py::gil_scoped_release nogil;
+    Engine::get().init(comm, ranks);
+  }, py::arg("fortran_comm") = -1, py::arg("ranks") = std::vector<int>());
+  m.def("shutdown", [] {
+    py::gil_scoped_release nogil;
+    Engine::get().shutdown();
+  });
+  m.def("is_initialized", [] { return Engine::get().initialized(); });
+  m.def("topology", [] {
+    const Topology& t = Engine::get().topology();
+    py::dict d;
+    d["rank"] = t.rank; d["size"] = t.size;
+    d["local_rank"] = t.local_rank; d["local_size"] = t.local_size;
+    d["cross_rank"] = t.cross_rank; d["cross_size"] = t.cross_size;
+    d["homogeneous"] = t.homogeneous;
+    return d;
+  });
+  m.def("mpi_threads_supported", [] { return Engine::get().threads_supported(); });
+  m.def("mpi_built", [] { return hvdl::mpi_built(); });
+#ifdef HOROVODLITE_HAVE_CUDA
+  m.attr("CUDA_BUILT") = true;
+#else
+  m.attr("CUDA_BUILT") = false;
+#endif
+
+  m.def("enqueue", &enqueue, py::arg("op"), py::arg("name"), py::arg("input"), py::arg("output"),
+        py::arg("dtype"), py::arg("shape"), py::arg("reduce_op") = 1, py::arg("prescale") = 1.0,
+        py::arg("postscale") = 1.0, py::arg("root") = -1, py::arg("device") = -1,
+        py::arg("splits") = std::vector<int64_t>(), py::arg("group") = "",
+        py::arg("group_size") = 0, py::arg("process_set") = 0);
+  m.def("poll", [](int64_t h) { return Engine::get().handle(h)->poll(); });
+  m.def("wait", &wait);
+  m.def("release", [](int64_t h) { Engine::get().release(h); });
+  m.def("output", &output);
+  m.def("output_shape", [](int64_t h) { return Engine::get().handle(h)->out_shape; });
+  m.def("aux", [](int64_t h) { return Engine::get().handle(h)->aux; });
+
+  m.def("add_process_set", [](std::vector<int> ranks) {
+    py::gil_scoped_release nogil;
+    return Engine::get().add_process_set(ranks);
+  });
+  m.def("remove_process_set", [](int id) {
+    py::gil_scoped_release nogil;
+    Engine::get().remove_process_set(id);
+  });
+  m.def("process_set_ranks", [](int id) { return Engine::get().process_set_ranks(id); });
+  m.def("process_set_rank", [](int id) { return Engine::get().process_set_rank(id); });
+  m.def("stats", [](int id) { return Engine::get().stats(id); }, py::arg("process_set") = 0);
+
+  // Kernel entry points, exposed so tests can check them against numpy.
+  m.def("reduce_into", [](uintptr_t dst, uintptr_t src, size_t n, int dt, int op) {
+    reduce_into(as_ptr(dst), as_ptr(src), n, static_cast<DataType>(dt), static_cast<ReduceOp>(op));
+  });
+  m.def("scale_buffer", [](uintptr_t buf, size_t n, int dt, double f) {
+    scale_buffer(as_ptr(buf), n, static_cast<DataType>(dt), f);
+  });
+  m.def("fill_identity", [](uintptr_t buf, size_t n, int dt, int op) {
+    fill_identity(as_ptr(buf), n, static_cast<DataType>(dt), static_cast<ReduceOp>(op));
+  });
+  m.def("reduce_isa", [] { return std::string(reduce_isa()); });
+}

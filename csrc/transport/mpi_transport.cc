@@ -1,0 +1,333 @@
+// Transport and World over MPI. Each transport owns three duplicated communicators so
+// that bulk data, negotiation and wake-up messages can never match each other's
+// receives, and so that several process sets can run on their own threads.
+#include <mpi.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <thread>
+#include <chrono>
+
+#include "../common/env.h"
+#include "../common/logging.h"
+#include "world.h"
+
+namespace hvdl {
+namespace {
+
+// MPI counts are ints: larger transfers are split into pieces of this many bytes.
+constexpr size_t kMaxPiece = size_t(1) << 30;
+
+// OpenMPI's blocking calls spin at full speed while waiting for a peer, which on a
+// machine with fewer cores than threads starves the very peer being waited for.
+// We wait politely instead: test briefly, then yield, then sleep with a growing
+// interval. Each MPI_Test also drives progress (e.g. the single-copy transfers).
+void wait_polite(MPI_Request* reqs, int n) {
+  using namespace std::chrono;
+  auto start = steady_clock::now();
+  auto nap = microseconds(2);
+  for (;;) {
+    int flag = 0;
+    MPI_Testall(n, reqs, &flag, MPI_STATUSES_IGNORE);
+    if (flag) return;
+    auto waited = steady_clock::now() - start;
+    if (waited < microseconds(20)) continue;
+    if (waited < microseconds(200)) {
+      std::this_thread::yield();
+      continue;
+    }
+    std::this_thread::sleep_for(nap);
+    nap = std::min(nap * 2, microseconds(100));
+  }
+}
+
+void check(int rc, const char* what) {
+  if (rc != MPI_SUCCESS) {
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(rc, msg, &len);
+    throw std::runtime_error(std::string(what) + ": " + std::string(msg, len));
+  }
+}
+
+class MpiTransport : public Transport {
+ public:
+  explicit MpiTransport(MPI_Comm base) {
+    check(MPI_Comm_dup(base, &data_), "MPI_Comm_dup");
+    check(MPI_Comm_dup(base, &ctrl_), "MPI_Comm_dup");
+    check(MPI_Comm_dup(base, &bell_), "MPI_Comm_dup");
+    MPI_Comm_rank(data_, &rank_);
+    MPI_Comm_size(data_, &size_);
+    bell_out_.assign(size_, 0);
+    post_bell_recv();
+  }
+
+  ~MpiTransport() override {
+    // Wake-ups may still be in flight towards us; let every rank finish sending,
+    // then consume what arrived so freeing the communicator leaves nothing behind.
+    if (!bell_sends_.empty())
+      MPI_Waitall(static_cast<int>(bell_sends_.size()), bell_sends_.data(), MPI_STATUSES_IGNORE);
+    MPI_Barrier(ctrl_);
+    MPI_Cancel(&bell_req_);
+    MPI_Wait(&bell_req_, MPI_STATUS_IGNORE);
+    int flag = 1;
+    while (flag) {
+      MPI_Status st;
+      MPI_Iprobe(MPI_ANY_SOURCE, 0, bell_, &flag, &st);
+      if (flag) {
+        uint64_t v;
+        MPI_Recv(&v, 1, MPI_UINT64_T, st.MPI_SOURCE, 0, bell_, MPI_STATUS_IGNORE);
+      }
+    }
+    wait_all();
+    MPI_Comm_free(&bell_);
+    MPI_Comm_free(&ctrl_);
+    MPI_Comm_free(&data_);
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+
+  Op isend(int peer, const void* buf, size_t bytes) override {
+    return post(peer, const_cast<void*>(buf), bytes, true);
+  }
+  Op irecv(int peer, void* buf, size_t bytes) override { return post(peer, buf, bytes, false); }
+
+  void wait(Op op) override {
+    auto [begin, end] = ops_.at(op);
+    wait_polite(reqs_.data() + begin, end - begin);
+  }
+
+  void wait_all() override {
+    if (!reqs_.empty()) wait_polite(reqs_.data(), static_cast<int>(reqs_.size()));
+    reqs_.clear();
+    ops_.clear();
+  }
+
+  void allreduce_and(uint64_t* words, size_t n) override {
+    MPI_Request r;
+    check(MPI_Iallreduce(MPI_IN_PLACE, words, static_cast<int>(n), MPI_UINT64_T, MPI_BAND, ctrl_, &r),
+          "MPI_Iallreduce");
+    wait_polite(&r, 1);
+  }
+
+  std::vector<std::string> gather(const std::string& mine, int root) override {
+    int len = static_cast<int>(mine.size());
+    std::vector<int> lens(rank_ == root ? size_ : 0), displs;
+    MPI_Request r;
+    check(MPI_Igather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, root, ctrl_, &r), "MPI_Igather");
+    wait_polite(&r, 1);
+    std::string all;
+    if (rank_ == root) {
+      displs.resize(size_);
+      int total = 0;
+      for (int i = 0; i < size_; ++i) displs[i] = total, total += lens[i];
+      all.resize(total);
+    }
+    check(MPI_Igatherv(mine.data(), len, MPI_BYTE, all.data(), lens.data(), displs.data(),
+                       MPI_BYTE, root, ctrl_, &r),
+          "MPI_Igatherv");
+    wait_polite(&r, 1);
+    std::vector<std::string> out;
+    if (rank_ == root)
+      for (int i = 0; i < size_; ++i) out.emplace_back(all.substr(displs[i], lens[i]));
+    return out;
+  }
+
+  void broadcast(std::string& bytes, int root) override {
+    long long len = static_cast<long long>(bytes.size());
+    MPI_Request r;
+    check(MPI_Ibcast(&len, 1, MPI_LONG_LONG, root, ctrl_, &r), "MPI_Ibcast");
+    wait_polite(&r, 1);
+    bytes.resize(static_cast<size_t>(len));
+    check(MPI_Ibcast(bytes.data(), static_cast<int>(len), MPI_BYTE, root, ctrl_, &r), "MPI_Ibcast");
+    wait_polite(&r, 1);
+  }
+
+  void barrier() override {
+    MPI_Request r;
+    check(MPI_Ibarrier(ctrl_, &r), "MPI_Ibarrier");
+    wait_polite(&r, 1);
+  }
+
+  void ring(uint64_t round) override {
+    if (!bell_sends_.empty()) {
+      MPI_Waitall(static_cast<int>(bell_sends_.size()), bell_sends_.data(), MPI_STATUSES_IGNORE);
+      bell_sends_.clear();
+    }
+    for (int p = 0; p < size_; ++p) {
+      if (p == rank_) continue;
+      bell_out_[p] = round;
+      MPI_Request r;
+      MPI_Isend(&bell_out_[p], 1, MPI_UINT64_T, p, 0, bell_, &r);
+      bell_sends_.push_back(r);
+    }
+  }
+
+  uint64_t poll_ring() override {
+    uint64_t best = 0;
+    for (;;) {
+      int flag = 0;
+      MPI_Test(&bell_req_, &flag, MPI_STATUS_IGNORE);
+      if (!flag) break;
+      best = std::max(best, bell_in_);
+      post_bell_recv();
+    }
+    return best;
+  }
+
+ private:
+  void post_bell_recv() {
+    MPI_Irecv(&bell_in_, 1, MPI_UINT64_T, MPI_ANY_SOURCE, 0, bell_, &bell_req_);
+  }
+
+  Op post(int peer, void* buf, size_t bytes, bool send) {
+    int begin = static_cast<int>(reqs_.size());
+    char* p = static_cast<char*>(buf);
+    size_t left = bytes;
+    do {  // a zero-byte message is still posted so both sides match
+      size_t n = std::min(left, kMaxPiece);
+      MPI_Request r;
+      int rc = send ? MPI_Isend(p, static_cast<int>(n), MPI_BYTE, peer, 0, data_, &r)
+                    : MPI_Irecv(p, static_cast<int>(n), MPI_BYTE, peer, 0, data_, &r);
+      check(rc, send ? "MPI_Isend" : "MPI_Irecv");
+      reqs_.push_back(r);
+      p += n;
+      left -= n;
+    } while (left > 0);
+    ops_.emplace_back(begin, static_cast<int>(reqs_.size()));
+    return static_cast<Op>(ops_.size() - 1);
+  }
+
+  MPI_Comm data_, ctrl_, bell_;
+  int rank_ = 0, size_ = 1;
+  std::vector<MPI_Request> reqs_;
+  std::vector<std::pair<int, int>> ops_;
+  MPI_Request bell_req_;
+  uint64_t bell_in_ = 0;
+  std::vector<uint64_t> bell_out_;
+  std::vector<MPI_Request> bell_sends_;
+};
+
+bool g_we_initialized = false;
+
+void finalize_at_exit() {
+  int fin = 0;
+  MPI_Finalized(&fin);
+  if (!fin) MPI_Finalize();
+}
+
+void ensure_mpi_initialized() {
+  int inited = 0;
+  MPI_Initialized(&inited);
+  if (inited) return;
+  int provided = 0;
+  check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided), "MPI_Init_thread");
+  g_we_initialized = true;
+  // MPI can be initialised only once per process, so it lives until exit and
+  // init() -> shutdown() -> init() reuses it; mpirun expects MPI_Finalize before exit.
+  std::atexit(finalize_at_exit);
+}
+
+std::string host_name() {
+  std::string h = env_str("HOSTNAME_OVERRIDE");  // lets tests pretend ranks are on several hosts
+  if (!h.empty()) return h;
+  char buf[256] = {0};
+  gethostname(buf, sizeof(buf) - 1);
+  return buf;
+}
+
+class MpiWorld : public World {
+ public:
+  MpiWorld(MPI_Comm comm) : comm_(comm) {
+    MPI_Comm_rank(comm_, &topo_.rank);
+    MPI_Comm_size(comm_, &topo_.size);
+    int provided = 0;
+    MPI_Query_thread(&provided);
+    threads_ = provided == MPI_THREAD_MULTIPLE;
+    compute_topology();
+  }
+  ~MpiWorld() override { MPI_Comm_free(&comm_); }
+
+  const Topology& topology() const override { return topo_; }
+  bool threads_supported() const override { return threads_; }
+
+  std::unique_ptr<Transport> create_group(const std::vector<int>& ranks) override {
+    bool member = std::find(ranks.begin(), ranks.end(), topo_.rank) != ranks.end();
+    int key = static_cast<int>(std::find(ranks.begin(), ranks.end(), topo_.rank) - ranks.begin());
+    MPI_Comm sub;
+    check(MPI_Comm_split(comm_, member ? 0 : MPI_UNDEFINED, key, &sub), "MPI_Comm_split");
+    if (!member) return nullptr;
+    auto t = std::make_unique<MpiTransport>(sub);
+    MPI_Comm_free(&sub);
+    return t;
+  }
+
+ private:
+  void compute_topology() {
+    // Hosts are told apart by name (not MPI_COMM_TYPE_SHARED) so a test can map ranks
+    // of one machine onto several "hosts" and exercise the cross-host paths.
+    std::string me = host_name();
+    me.resize(255, '\0');
+    std::vector<char> all(static_cast<size_t>(topo_.size) * 255);
+    check(MPI_Allgather(me.data(), 255, MPI_CHAR, all.data(), 255, MPI_CHAR, comm_),
+          "MPI_Allgather");
+    std::vector<std::string> names(topo_.size);
+    for (int i = 0; i < topo_.size; ++i) names[i].assign(&all[i * 255], 255);
+    std::vector<std::string> hosts;
+    topo_.host_of_rank.resize(topo_.size);
+    for (int i = 0; i < topo_.size; ++i) {
+      auto it = std::find(hosts.begin(), hosts.end(), names[i]);
+      topo_.host_of_rank[i] = static_cast<int>(it - hosts.begin());
+      if (it == hosts.end()) hosts.push_back(names[i]);
+    }
+    std::vector<int> per_host(hosts.size(), 0), local_rank_of(topo_.size);
+    for (int i = 0; i < topo_.size; ++i) local_rank_of[i] = per_host[topo_.host_of_rank[i]]++;
+    int my_host = topo_.host_of_rank[topo_.rank];
+    topo_.local_rank = local_rank_of[topo_.rank];
+    topo_.local_size = per_host[my_host];
+    topo_.cross_size = 0;
+    for (int i = 0; i < topo_.size; ++i) {
+      if (local_rank_of[i] != topo_.local_rank) continue;
+      if (i == topo_.rank) topo_.cross_rank = topo_.cross_size;
+      ++topo_.cross_size;
+    }
+    topo_.homogeneous = std::all_of(per_host.begin(), per_host.end(),
+                                    [&](int n) { return n == per_host[0]; });
+  }
+
+  MPI_Comm comm_;
+  Topology topo_;
+  bool threads_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<World> make_mpi_world(long long fortran_comm, const std::vector<int>& ranks) {
+  ensure_mpi_initialized();
+  MPI_Comm base = fortran_comm < 0 ? MPI_COMM_WORLD : MPI_Comm_f2c(static_cast<MPI_Fint>(fortran_comm));
+  MPI_Comm comm;
+  if (ranks.empty()) {
+    check(MPI_Comm_dup(base, &comm), "MPI_Comm_dup");
+  } else {
+    int me = 0;
+    MPI_Comm_rank(base, &me);
+    auto it = std::find(ranks.begin(), ranks.end(), me);
+    bool member = it != ranks.end();
+    check(MPI_Comm_split(base, member ? 0 : MPI_UNDEFINED, static_cast<int>(it - ranks.begin()),
+                         &comm),
+          "MPI_Comm_split");
+    if (!member)
+      throw std::invalid_argument("init(comm=ranks): rank " + std::to_string(me) +
+                                  " is not in the given rank list");
+  }
+  return std::make_unique<MpiWorld>(comm);
+}
+
+bool mpi_built() { return true; }
+
+}  // namespace hvdl

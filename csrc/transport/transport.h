@@ -1,0 +1,52 @@
+// The only interface that moves bytes between ranks. Everything above it (ring and
+// other algorithms, the negotiation engine) is written against this, so a new
+// transport (shared memory, NCCL, an in-process one for tests) is one new file.
+// Ranks are relative to the transport's group (a process set), 0..size()-1.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace hvdl {
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+
+  // ---- data plane: non-blocking point-to-point, completed by wait_all ----
+  // An Op identifies one posted transfer; the transport owns its bookkeeping.
+  using Op = int;
+  virtual Op isend(int peer, const void* buf, size_t bytes) = 0;
+  virtual Op irecv(int peer, void* buf, size_t bytes) = 0;
+  virtual void wait(Op op) = 0;
+  virtual void wait_all() = 0;
+
+  void sendrecv(int dst, const void* sbuf, size_t sbytes, int src, void* rbuf, size_t rbytes) {
+    Op r = irecv(src, rbuf, rbytes);
+    Op s = isend(dst, sbuf, sbytes);
+    wait(r);
+    wait(s);
+  }
+
+  // ---- control plane: small messages for negotiation ----
+  // In-place bitwise AND over all ranks (the response cache's readiness vote).
+  virtual void allreduce_and(uint64_t* words, size_t n) = 0;
+  // Every rank contributes bytes; root gets them all (indexed by rank), others get {}.
+  virtual std::vector<std::string> gather(const std::string& mine, int root) = 0;
+  // root's bytes end up in `bytes` on every rank.
+  virtual void broadcast(std::string& bytes, int root) = 0;
+  virtual void barrier() = 0;
+
+  // ---- wake-up: lets an idle rank sleep until a peer needs it in a round ----
+  // Tell every other rank that negotiation round `round` has started.
+  virtual void ring(uint64_t round) = 0;
+  // Non-blocking: the highest round number rung by any peer since the last call,
+  // or 0 when nothing arrived.
+  virtual uint64_t poll_ring() = 0;
+};
+
+}  // namespace hvdl

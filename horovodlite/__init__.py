@@ -1,0 +1,15 @@
+"""horovodlite: data-parallel training in the spirit of Horovod.
+
+`import horovodlite as hvd` gives the common API on numpy arrays; the framework
+frontends are `horovodlite.torch`, `horovodlite.tensorflow`, `horovodlite.keras`
+and `horovodlite.jax`."""
+from .basics import (Adasum, Average, HorovodInternalError, Max, Min, Product, Sum,  # noqa: F401
+                     ccl_built, cross_rank, cross_size, cuda_built, ddl_built, gloo_built,
+                     gloo_enabled, init, is_homogeneous, is_initialized, local_rank, local_size,
+                     mpi_built, mpi_enabled, mpi_threads_supported, nccl_built, rank, rocm_built,
+                     shutdown, size, start_timeline, stop_timeline)
+from .ops import *  # noqa: F401,F403
+from .process_sets import (ProcessSet, add_process_set, global_process_set,  # noqa: F401
+                           remove_process_set)
+
+__version__ = "0.1.0"

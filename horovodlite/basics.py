@@ -1,0 +1,143 @@
+"""init / shutdown / topology / capabilities / reduce ops, over the C++ core."""
+import atexit
+import threading
+
+from ._loader import _core
+
+HorovodInternalError = _core.HorovodInternalError
+
+# Reduce ops: values are the core's ReduceOp enum.
+Average = 0
+Sum = 1
+Adasum = 2
+Min = 3
+Max = 4
+Product = 5
+
+_OP_NAMES = {Average: "Average", Sum: "Sum", Adasum: "Adasum", Min: "Min", Max: "Max", Product: "Product"}
+
+_state = {"topology": None, "atexit": False}
+_lock = threading.Lock()
+
+
+def init(comm=None, process_sets=None):
+    """Starts the engine. `comm`: None (all ranks), a list of world ranks, or an mpi4py
+    communicator (duplicated). `process_sets`: a list of ProcessSet to create now, or
+    "dynamic" to allow add_process_set/remove_process_set later."""
+    with _lock:
+        if _core.is_initialized():
+            return
+        fortran, ranks = -1, []
+        if comm is None:
+            pass
+        elif isinstance(comm, (list, tuple)):
+            ranks = [int(r) for r in comm]
+        elif hasattr(comm, "py2f"):
+            fortran = comm.py2f()
+        else:
+            raise TypeError(f"init(comm=...): expected None, a list of ranks or an mpi4py communicator, got {type(comm).__name__}")
+        _core.init(fortran, ranks)
+        _state["topology"] = _core.topology()
+        if not _state["atexit"]:
+            atexit.register(shutdown)
+            _state["atexit"] = True
+    from . import process_sets as _ps
+
+    _ps._on_init(process_sets)
+
+
+def shutdown():
+    """Stops the background threads. Pending collectives fail; init() may be called again."""
+    from . import process_sets as _ps
+
+    _ps._on_shutdown()
+    _core.shutdown()
+    _state["topology"] = None
+
+
+def is_initialized():
+    return _core.is_initialized()
+
+
+def _topology():
+    t = _state["topology"]
+    if t is None or not _core.is_initialized():
+        raise ValueError("horovodlite has not been initialized; call hvd.init() first")
+    return t
+
+
+def size():
+    return _topology()["size"]
+
+
+def rank():
+    return _topology()["rank"]
+
+
+def local_size():
+    return _topology()["local_size"]
+
+
+def local_rank():
+    return _topology()["local_rank"]
+
+
+def cross_size():
+    return _topology()["cross_size"]
+
+
+def cross_rank():
+    return _topology()["cross_rank"]
+
+
+def is_homogeneous():
+    return _topology()["homogeneous"]
+
+
+def mpi_built():
+    return bool(_core.mpi_built())
+
+
+def mpi_enabled():
+    return mpi_built()
+
+
+def mpi_threads_supported():
+    _topology()
+    return bool(_core.mpi_threads_supported())
+
+
+def cuda_built():
+    return bool(_core.CUDA_BUILT)
+
+
+def nccl_built():
+    return False
+
+
+def gloo_built():
+    return False
+
+
+def gloo_enabled():
+    return False
+
+
+def ddl_built():
+    return False
+
+
+def ccl_built():
+    return False
+
+
+def rocm_built():
+    return False
+
+
+def start_timeline(file_path, mark_cycles=False):
+    raise NotImplementedError("timeline is not available in this build yet")
+
+
+def stop_timeline():
+    raise NotImplementedError("timeline is not available in this build yet")
