@@ -11,6 +11,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "../common/dtype.h"
 #include "../common/status.h"
 
 namespace hvdl {
@@ -23,7 +24,8 @@ struct HandleState {
   // Engine-allocated output (allgather, alltoall, ...): freed when the last owner,
   // possibly a Python array viewing it, lets go.
   std::shared_ptr<void> out;
-  std::vector<int64_t> out_shape;
+  std::vector<int64_t> out_shape;  // in elements of out_dtype
+  DataType out_dtype = DataType::UINT8;
   std::vector<int64_t> aux;  // alltoall: received splits; join: last joined rank
 
   void complete(Status s) {

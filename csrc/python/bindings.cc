@@ -60,7 +60,7 @@ void wait(int64_t h) {
 py::object output(int64_t h) {
   auto st = Engine::get().handle(h);
   if (!st->out) return py::none();
-  size_t bytes = 1;
+  size_t bytes = dtype_size(st->out_dtype);
   for (auto d : st->out_shape) bytes *= static_cast<size_t>(d);
   auto* keep = new std::shared_ptr<void>(st->out);
   py::capsule owner(keep, [](void* p) { delete static_cast<std::shared_ptr<void>*>(p); });

@@ -220,12 +220,15 @@ uint64_t special_float(DataType t, unsigned k) {
 // patterns and some specials (NaN with payloads, sNaN, inf, zeros, subnormals).
 uint64_t random_elem(DataType t) {
   const uint64_t r = g_rng();
-  if (!dtype_is_float(t)) return r;
+  const uint64_t mask = dtype_size(t) == 8 ? ~0ull : (1ull << (8 * dtype_size(t))) - 1;
+  if (!dtype_is_float(t)) return r & mask;
   const unsigned kind = static_cast<unsigned>(r % 16);
   if (kind == 0) return special_float(t, static_cast<unsigned>(r >> 8));
-  if (kind == 1) return r >> 7;  // raw bits (only the low bytes are kept)
+  if (kind == 1) return (r >> 7) & mask;  // raw bits
+  // float16 gets a lower exponent range so subnormals, normals and overflow all occur.
+  const int shift = t == DataType::FLOAT16 ? -42 : -30;
   const double v = std::ldexp(static_cast<double>(static_cast<int64_t>(r >> 11) % 2000001 - 1000000),
-                              static_cast<int>((r >> 4) % 40) - 30);
+                              static_cast<int>((r >> 4) % 40) + shift);
   switch (t) {
     case DataType::FLOAT16: return detail::float_to_half(static_cast<float>(v));
     case DataType::BFLOAT16: return detail::float_to_bf16(static_cast<float>(v));
@@ -240,7 +243,7 @@ struct Buf {
   DataType t;
   size_t n;
   std::vector<uint64_t> storage;  // 8-byte aligned backing
-  Buf(DataType t_, size_t n_) : t(t_), n(n_), storage((n_ + kGuard + 2) * 8 / 8 + 2) {
+  Buf(DataType t_, size_t n_) : t(t_), n(n_), storage(n_ + kGuard + 2) {
     for (size_t i = 0; i < n + 1 + kGuard; ++i) put(t, base(), i, 0xa5a5a5a5a5a5a5a5ull);
   }
   uint8_t* base() { return reinterpret_cast<uint8_t*>(storage.data()); }
@@ -300,8 +303,9 @@ void test_conversions() {
     std::string first;
     auto one = [&](float x) {
       const uint16_t got = conv(x), want = round16(fmt, x);
-      const bool ok = std::isnan(x) ? (nan16(fmt, got) && (got & 0x8000) == (want & 0x8000 ? 0x8000 : (fbits(x) >> 16) & 0x8000))
-                                    : got == want;
+      const bool ok = std::isnan(x)
+                          ? nan16(fmt, got) && (got & 0x8000u) == ((fbits(x) >> 16) & 0x8000u)
+                          : got == want;
       if (!ok && !bad++) first = hex(fbits(x)) + " -> " + hex(got) + " want " + hex(want);
     };
     for (uint16_t h = 0; h < fmt.max_fin; ++h) {
@@ -338,6 +342,10 @@ void test_conversions() {
 }
 
 #if defined(__x86_64__) || defined(__i386__)
+__attribute__((target("f16c"))) uint16_t f16c_narrow(float x) {
+  return static_cast<uint16_t>(_mm_cvtsi128_si32(_mm_cvtps_ph(_mm_set_ss(x), _MM_FROUND_TO_NEAREST_INT)));
+}
+
 // The vector kernels rely on F16C agreeing with the scalar conversions, NaNs included.
 __attribute__((target("f16c"))) void test_f16c_agrees() {
   int bad_w = 0, bad_n = 0;
@@ -346,8 +354,7 @@ __attribute__((target("f16c"))) void test_f16c_agrees() {
     if (fbits(hw) != fbits(detail::half_to_float(static_cast<uint16_t>(i)))) ++bad_w;
   }
   auto narrow = [&](uint32_t b) {
-    const __m128i r = _mm_cvtps_ph(_mm_set_ss(bitsf(b)), _MM_FROUND_TO_NEAREST_INT);
-    if (static_cast<uint16_t>(_mm_cvtsi128_si32(r)) != detail::float_to_half(bitsf(b))) ++bad_n;
+    if (f16c_narrow(bitsf(b)) != detail::float_to_half(bitsf(b))) ++bad_n;
   };
   for (uint64_t b = 0; b < (1ull << 32); b += 1009) narrow(static_cast<uint32_t>(b));
   for (uint32_t b : {0x7f800001u, 0xff800001u, 0x7fc00000u, 0x7fbfffffu, 0x7f801fffu, 0x7fffe000u})
@@ -542,7 +549,7 @@ bool throws_invalid(Fn fn) {
   return false;
 }
 
-void test_errors_and_dispatch() {
+void test_errors_and_dispatch(const char* self) {
   uint8_t x[4] = {1, 0, 1, 0}, y[4] = {1, 1, 0, 0};
   check(throws_invalid([&] { reduce_into(x, y, 4, DataType::BOOL, ReduceOp::MAX); }),
         "bool reduce throws");
@@ -573,18 +580,18 @@ void test_errors_and_dispatch() {
   check(std::memcmp(a.data(), c.data(), a.size() * 4) == 0, "reduce_into uses the active set");
 
 #if defined(__unix__) || defined(__APPLE__)
-  // HOROVODLITE_REDUCE_ISA is read once per process, so check it in children.
-  auto child_isa = [](const char* env) -> std::string {
+  // HOROVODLITE_REDUCE_ISA is read once per process (and this one has already chosen),
+  // so re-run this binary with --print-isa under each setting.
+  auto child_isa = [self](const char* env) -> std::string {
     int fds[2];
     if (pipe(fds) != 0) return "pipe failed";
     const pid_t pid = fork();
     if (pid == 0) {
       close(fds[0]);
-      if (!std::freopen("/dev/null", "w", stderr)) _exit(2);
+      if (dup2(fds[1], 1) < 0 || !std::freopen("/dev/null", "w", stderr)) _exit(2);
       setenv("HOROVODLITE_REDUCE_ISA", env, 1);
-      const char* name = reduce_isa();
-      if (write(fds[1], name, std::strlen(name)) < 0) _exit(3);
-      _exit(0);
+      execl(self, self, "--print-isa", static_cast<char*>(nullptr));
+      _exit(3);
     }
     close(fds[1]);
     char buf[32] = {};
@@ -597,14 +604,18 @@ void test_errors_and_dispatch() {
   check(child_isa("generic") == "generic", "HOROVODLITE_REDUCE_ISA=generic forces generic");
   const std::string want_avx2 = isa_runs("avx2") ? "avx2" : "generic";
   check(child_isa("avx2") == want_avx2, "HOROVODLITE_REDUCE_ISA=avx2 -> " + want_avx2);
-  check(child_isa("avx512") == isa, "HOROVODLITE_REDUCE_ISA=avx512 -> best available");
-  check(child_isa("bogus") == isa, "unknown HOROVODLITE_REDUCE_ISA is ignored");
+  check(child_isa("avx512") == want_avx2, "HOROVODLITE_REDUCE_ISA=avx512 -> best available");
+  check(child_isa("bogus") == want_avx2, "unknown HOROVODLITE_REDUCE_ISA is ignored");
 #endif
 }
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  if (argc > 1 && std::strcmp(argv[1], "--print-isa") == 0) {  // child mode, see above
+    std::fputs(reduce_isa(), stdout);
+    return 0;
+  }
   const char* env = std::getenv("HOROVODLITE_REDUCE_ISA");
   std::printf("active kernel set: %s (HOROVODLITE_REDUCE_ISA=%s); sets run here:", reduce_isa(),
               env ? env : "");
@@ -618,7 +629,11 @@ int main() {
 #endif
   test_reduce();
   test_scale();
-  test_errors_and_dispatch();
+#if defined(__linux__)
+  test_errors_and_dispatch("/proc/self/exe");
+#else
+  test_errors_and_dispatch(argv[0]);
+#endif
 
   std::printf("%d passed, %d failed\n", g_passed, g_failed);
   return g_failed == 0 ? 0 : 1;

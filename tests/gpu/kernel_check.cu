@@ -40,32 +40,43 @@ struct B16 { uint16_t bits; };  // bfloat16
 uint32_t f2u(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
 float u2f(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
 
-float widen(H16 h) {
-  const int e = (h.bits >> 10) & 0x1f, m = h.bits & 0x3ff;
-  const float sign = (h.bits & 0x8000) ? -1.0f : 1.0f;
+float widen_h16_slow(uint16_t h) {
+  const int e = (h >> 10) & 0x1f, m = h & 0x3ff;
+  const float sign = (h & 0x8000) ? -1.0f : 1.0f;
   if (e == 0) return sign * std::ldexp(static_cast<float>(m), -24);
   if (e == 31) return m ? std::nanf("") : sign * INFINITY;
   return sign * std::ldexp(static_cast<float>(1024 + m), e - 25);
 }
+float widen(H16 h) {
+  static const std::vector<float> table = [] {
+    std::vector<float> t(65536);
+    for (uint32_t i = 0; i < 65536; ++i) t[i] = widen_h16_slow(static_cast<uint16_t>(i));
+    return t;
+  }();
+  return table[h.bits];
+}
 float widen(B16 b) { return u2f(static_cast<uint32_t>(b.bits) << 16); }
 
-// Round to nearest even by scaling into the integer range and using nearbyint (the
-// default rounding mode is RNE); every step is exact in double.
+// Round-to-nearest-even on the bit patterns (checked against CUDA's host conversions
+// for every 7th float32 pattern when this test was written).
 H16 narrow_h16(float f) {
-  const uint16_t sign = (f2u(f) >> 16) & 0x8000;
-  if (std::isnan(f)) return H16{static_cast<uint16_t>(sign | 0x7e00)};
-  const double a = std::fabs(static_cast<double>(f));
-  if (a >= 65520.0) return H16{static_cast<uint16_t>(sign | 0x7c00)};  // rounds to inf
-  if (a < std::ldexp(1.0, -14)) {  // subnormal (q may carry into the smallest normal)
-    const double q = std::nearbyint(std::ldexp(a, 24));
-    return H16{static_cast<uint16_t>(sign | static_cast<uint16_t>(q))};
+  const uint32_t u = f2u(f);
+  const uint16_t sign = (u >> 16) & 0x8000;
+  const uint32_t a = u & 0x7fffffff;
+  if (a > 0x7f800000) return H16{static_cast<uint16_t>(sign | 0x7e00)};   // NaN
+  if (a >= 0x477ff000) return H16{static_cast<uint16_t>(sign | 0x7c00)};  // >= 65520: inf
+  if (a >= 0x38800000) {  // normal binary16: rebias, round away 13 bits
+    uint32_t r = a - (112u << 23);
+    r += 0xfff + ((r >> 13) & 1);
+    return H16{static_cast<uint16_t>(sign | (r >> 13))};
   }
-  int e2;
-  std::frexp(a, &e2);
-  int exp = e2 - 1;  // a in [2^exp, 2^(exp+1))
-  double q = std::nearbyint(std::ldexp(a, 10 - exp));
-  if (q >= 2048.0) { q = 1024.0; ++exp; }
-  return H16{static_cast<uint16_t>(sign | ((exp + 15) << 10) | (static_cast<int>(q) - 1024))};
+  if (a < 0x33000000) return H16{sign};  // below half the smallest subnormal (ties to 0)
+  const uint32_t m = (a & 0x7fffff) | 0x800000;  // value = m * 2^(e - 150)
+  const int shift = 126 - static_cast<int>(a >> 23);  // 14..24
+  uint32_t q = m >> shift;
+  const uint32_t rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+  if (rem > half || (rem == half && (q & 1))) ++q;
+  return H16{static_cast<uint16_t>(sign | q)};
 }
 B16 narrow_b16(float f) {
   const uint32_t u = f2u(f);
@@ -158,26 +169,27 @@ struct Rng {
   size_t below(size_t n) { return n ? static_cast<size_t>(next() % n) : 0; }
 };
 
-// Half raw bit patterns (every class: NaN, inf, subnormal, huge), half values of
-// similar magnitude so that sums and products actually round.
+// Floats: half raw bit patterns (every class: NaN, inf, subnormal, huge), half values
+// within 2^-3..2^3 so that sums and products of neighbours actually round.
 template <typename T> T random_value(Rng& r) {
   const uint64_t bits = r.next();
   const bool raw = bits & 1;
-  if constexpr (kHalf<T>) {
+  const uint64_t sign = (bits >> 1) & 1, k = (bits >> 2) % 7;  // exponent offset 0..6
+  if constexpr (std::is_same_v<T, H16>) {
     if (raw) return T{static_cast<uint16_t>(bits >> 16)};
-    const float v = std::ldexp(static_cast<float>((bits >> 8) & 0xffff) / 65536.0f + 0.5f,
-                               static_cast<int>((bits >> 32) % 7) - 3);
-    return narrow<T>((bits & 2) ? -v : v);
+    return T{static_cast<uint16_t>((sign << 15) | ((12 + k) << 10) | ((bits >> 20) & 0x3ff))};
+  } else if constexpr (std::is_same_v<T, B16>) {
+    if (raw) return T{static_cast<uint16_t>(bits >> 16)};
+    return T{static_cast<uint16_t>((sign << 15) | ((124 + k) << 7) | ((bits >> 20) & 0x7f))};
   } else if constexpr (std::is_same_v<T, float>) {
     if (raw) return u2f(static_cast<uint32_t>(bits >> 32));
-    const float v = std::ldexp(static_cast<float>((bits >> 8) & 0xffffff) / 16777216.0f + 0.5f,
-                               static_cast<int>((bits >> 40) % 7) - 3);
-    return (bits & 2) ? -v : v;
+    return u2f(static_cast<uint32_t>((sign << 31) | ((124 + k) << 23) | ((bits >> 20) & 0x7fffff)));
   } else if constexpr (std::is_same_v<T, double>) {
-    if (raw) { double d; const uint64_t b = r.next(); std::memcpy(&d, &b, 8); return d; }
-    const double v = std::ldexp(static_cast<double>(r.next() >> 11) / 9007199254740992.0 + 0.5,
-                                static_cast<int>((bits >> 40) % 7) - 3);
-    return (bits & 2) ? -v : v;
+    const uint64_t b = raw ? r.next()
+                           : (sign << 63) | ((1020 + k) << 52) | (r.next() & 0xfffffffffffffull);
+    double d;
+    std::memcpy(&d, &b, 8);
+    return d;
   } else if constexpr (sizeof(T) == 8) {
     // |x| < 2^62 and |factor| <= 1.25 keep x * factor inside int64, the range where the
     // CPU's and the GPU's double->int64 conversions agree.

@@ -1,0 +1,115 @@
+"""Runs a snippet on N ranks under mpirun and returns what each rank returned.
+
+    results = run(2, '''
+    def main(hvd):
+        return hvd.allreduce(np.ones(3), op=hvd.Sum)
+    ''')
+
+The snippet defines main(hvd) (numpy as np is imported for it); each rank's return
+value (or its exception, re-raised here naming the rank) comes back as a list
+indexed by rank. A job that does not finish within `timeout` is killed and fails the
+test with its output, so nothing can hang the suite."""
+import os
+import pickle
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+_PRELUDE = """
+import os, pickle, sys, traceback
+import numpy as np
+sys.path.insert(0, {root!r})
+_out = {out!r}
+_init_kwargs = {init_kwargs!r}
+import horovodlite as hvd
+"""
+
+_EPILOGUE = """
+def _run():
+    result = None
+    try:
+        if _init_kwargs is not None:
+            hvd.init(**_init_kwargs)
+        rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", "0"))
+        result = ("ok", main(hvd))
+    except BaseException as e:  # reported to the test, which re-raises it
+        rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", "0"))
+        result = ("error", f"{{type(e).__name__}}: {{e}}", traceback.format_exc())
+    with open(os.path.join(_out, f"rank{{rank}}.pkl"), "wb") as f:
+        pickle.dump(result, f)
+    if _init_kwargs is not None:
+        hvd.shutdown()
+
+_run()
+"""
+
+
+def mpirun_path():
+    cand = Path(sys.executable).parent / "mpirun"
+    return str(cand) if cand.exists() else (shutil.which("mpirun") or "mpirun")
+
+
+def mpi_env(extra=None):
+    env = dict(os.environ)
+    env.update({
+        "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+        "PYTHONPATH": os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]),
+        "PYTHONUNBUFFERED": "1",
+        # tests must not depend on how many cores the machine has
+        "OMPI_MCA_rmaps_base_oversubscribe": "1",
+    })
+    env.update({k: str(v) for k, v in (extra or {}).items()})
+    return env
+
+
+class RankError(AssertionError):
+    pass
+
+
+def launch(np_, script_path, args=(), timeout=180, env=None):
+    """Runs `python script args` on np_ ranks; returns CompletedProcess (killed on timeout)."""
+    cmd = [mpirun_path(), "--oversubscribe", "--bind-to", "none", "-np", str(np_),
+           sys.executable, str(script_path), *map(str, args)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=mpi_env(env), start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        raise RankError(f"mpirun -np {np_} timed out after {timeout}s (a hang):\n{out[-6000:]}")
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, None)
+
+
+def run(np_, code, timeout=180, env=None, init=True, init_kwargs=None, allow_failure=False):
+    """Runs `code` (defining main(hvd)) on np_ ranks and returns per-rank results."""
+    with tempfile.TemporaryDirectory(prefix="hvdl-test-") as tmp:
+        script = Path(tmp) / "job.py"
+        ikw = (init_kwargs or {}) if init else None
+        script.write_text(_PRELUDE.format(root=str(ROOT), out=tmp, init_kwargs=ikw)
+                          + textwrap.dedent(code) + _EPILOGUE.format())
+        proc = launch(np_, script, timeout=timeout, env=env)
+        results = []
+        for r in range(np_):
+            f = Path(tmp) / f"rank{r}.pkl"
+            if not f.exists():
+                if allow_failure:
+                    results.append(None)
+                    continue
+                raise RankError(f"rank {r} reported nothing (exit code {proc.returncode}):\n"
+                                f"{proc.stdout[-6000:]}")
+            results.append(pickle.loads(f.read_bytes()))
+        errors = [(r, res) for r, res in enumerate(results) if res and res[0] == "error"]
+        if errors and not allow_failure:
+            r, res = errors[0]
+            raise RankError(f"rank {r} raised {res[1]}\n{res[2]}\n--- job output ---\n"
+                            f"{proc.stdout[-4000:]}")
+        if proc.returncode != 0 and not allow_failure:
+            raise RankError(f"mpirun exited with {proc.returncode}:\n{proc.stdout[-6000:]}")
+        return [res[1] if res and res[0] == "ok" else res for res in results]
