@@ -14,12 +14,17 @@
 
 namespace hvdl {
 
+class AllreduceAlgorithm;
+
 struct ExecContext {
   Transport& transport;
   const Reducer& reducer;
   HostBuffer& fusion;   // persistent fusion buffer of this process set
   HostBuffer& scratch;  // persistent receive buffer of the algorithms
   size_t fusion_threshold;
+  // This process set's allreduce on host memory when it is not the flat ring
+  // (shared memory, hierarchical); null for the ring.
+  AllreduceAlgorithm* allreduce = nullptr;
 };
 
 class CollectiveOp {

@@ -45,6 +45,8 @@ class Engine {
   int process_set_rank(int id);  // -1 if this rank is not a member
 
   std::map<std::string, uint64_t> stats(int process_set);
+  // "ring", "shm" or "hierarchical": how this rank's allreduces in the set run.
+  std::string allreduce_algorithm(int process_set);
   const EngineParams& params() { return params_; }
 
  private:

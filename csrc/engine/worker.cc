@@ -13,11 +13,13 @@ namespace hvdl {
 
 using namespace std::chrono;
 
-Worker::Worker(std::unique_ptr<Transport> t, EngineParams p, int id)
+Worker::Worker(std::unique_ptr<Transport> t, EngineParams p, int id,
+               const std::vector<int>& host_of_member)
     : transport_(std::move(t)),
       params_(p),
       id_(id),
-      controller_(*transport_, p.cache_capacity, p.stall_warn_s, p.stall_fail_s) {
+      controller_(*transport_, p.cache_capacity, p.stall_warn_s, p.stall_fail_s),
+      allreduce_(make_allreduce_algorithm(*transport_, host_of_member)) {
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -95,6 +97,7 @@ void Worker::loop() {
 
 void Worker::execute(const std::vector<Response>& responses) {
   ExecContext ctx{*transport_, cpu_reducer(), fusion_, scratch_, params_.fusion_threshold};
+  ctx.allreduce = allreduce_.get();
   for (auto& group : plan_fusion(responses, params_.fusion_threshold)) {
     std::vector<std::unique_ptr<TensorEntry>> owned;
     std::vector<TensorEntry*> entries;

@@ -9,6 +9,7 @@
 #include "../collectives/reducer.h"
 #include "../common/buffer.h"
 #include "../transport/transport.h"
+#include "allreduce_algorithm.h"
 #include "controller.h"
 #include "tensor_queue.h"
 
@@ -27,13 +28,16 @@ struct WorkerStats {
 
 class Worker {
  public:
-  Worker(std::unique_ptr<Transport> t, EngineParams p, int id);
+  // host_of_member[i]: host index of the set's rank i (chooses the allreduce path).
+  Worker(std::unique_ptr<Transport> t, EngineParams p, int id,
+         const std::vector<int>& host_of_member = {});
   ~Worker();  // requests shutdown and joins the thread
 
   TensorQueue& queue() { return queue_; }
   Transport& transport() { return *transport_; }
   const WorkerStats& stats() const { return stats_; }
   int id() const { return id_; }
+  const char* allreduce_algorithm() const { return allreduce_ ? allreduce_->name() : "ring"; }
   void stop();
 
  private:
@@ -48,6 +52,7 @@ class Worker {
   TensorQueue queue_;
   Controller controller_;
   HostBuffer fusion_, scratch_;
+  std::unique_ptr<AllreduceAlgorithm> allreduce_;  // null: the flat ring
   WorkerStats stats_;
   uint64_t round_ = 1;
   bool running_ = true;

@@ -123,6 +123,8 @@ PYBIND11_MODULE(_core, m) {
   m.def("process_set_ranks", [](int id) { return Engine::get().process_set_ranks(id); });
   m.def("process_set_rank", [](int id) { return Engine::get().process_set_rank(id); });
   m.def("stats", [](int id) { return Engine::get().stats(id); }, py::arg("process_set") = 0);
+  m.def("allreduce_algorithm", [](int id) { return Engine::get().allreduce_algorithm(id); },
+        py::arg("process_set") = 0);
 
   // Kernel entry points, exposed so tests can check them against numpy.
   m.def("reduce_into", [](uintptr_t dst, uintptr_t src, size_t n, int dt, int op) {

@@ -6,6 +6,7 @@
 
 #include "../../collectives/ring_allreduce.h"
 #include "../../reduce/identity.h"
+#include "../allreduce_algorithm.h"
 #include "../collective_op.h"
 #include "../fusion_layout.h"
 
@@ -22,6 +23,12 @@ std::string fmt(double v) {
   std::ostringstream os;
   os << v;
   return os.str();
+}
+
+void reduce_in_place(ExecContext& ctx, void* buf, size_t count, DataType dt, ReduceOp op,
+                     double postscale) {
+  if (ctx.allreduce) return ctx.allreduce->run(ctx.reducer, buf, buf, count, dt, op, 1.0, postscale);
+  ring_allreduce(ctx.transport, ctx.reducer, buf, count, dt, op, postscale, ctx.scratch);
 }
 
 class AllreduceOp : public CollectiveOp {
@@ -76,13 +83,16 @@ class AllreduceOp : public CollectiveOp {
       void* buf;
       if (entries[0]) {
         buf = entries[0]->output;
+        if (ctx.allreduce)  // reads the input where it lies: no copy into the output first
+          return ctx.allreduce->run(ctx.reducer, entries[0]->input, buf, count, dt, op,
+                                    head.prescale, post);
         if (buf != entries[0]->input && count) std::memcpy(buf, entries[0]->input, count * es);
       } else {
         buf = ctx.fusion.reserve(count * es);
         fill_identity(buf, count, dt, op);
       }
       ctx.reducer.scale(buf, count, dt, head.prescale);
-      ring_allreduce(ctx.transport, ctx.reducer, buf, count, dt, op, post, ctx.scratch);
+      reduce_in_place(ctx, buf, count, dt, op, post);
       return;
     }
 
@@ -96,7 +106,7 @@ class AllreduceOp : public CollectiveOp {
     }
     const size_t total = layout.total_bytes() / es;
     ctx.reducer.scale(fb, total, dt, head.prescale);
-    ring_allreduce(ctx.transport, ctx.reducer, fb, total, dt, op, post, ctx.scratch);
+    reduce_in_place(ctx, fb, total, dt, op, post);
     for (size_t i = 0; i < group.size(); ++i)
       if (entries[i]) std::memcpy(entries[i]->output, fb + layout.offset(i), layout.bytes(i));
   }

@@ -1,0 +1,59 @@
+// Collectives between the ranks of one host through a shared-memory window.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "../common/dtype.h"
+#include "../transport/shm_window.h"
+#include "reducer.h"
+
+namespace hvdl {
+
+struct ShmOptions {
+  size_t chunk_bytes = 128u << 10;      // one pipeline step, all ranks' pieces together
+  int slots = 4;                        // chunks in flight per rank
+  size_t stream_threshold = 8u << 20;   // outputs this large bypass the cache
+};
+
+// Reads HOROVODLITE_SHM_CHUNK_BYTES, _SHM_SLOTS, _SHM_STREAM_THRESHOLD.
+ShmOptions shm_options_from_env();
+
+class ShmCollectives {
+ public:
+  // Window data each rank needs for `ranks` ranks with these options.
+  static size_t window_bytes(const ShmOptions& o, int ranks);
+  ShmCollectives(std::unique_ptr<ShmWindow> w, const ShmOptions& o);
+
+  int rank() const { return win_->rank(); }
+  int size() const { return win_->size(); }
+  const ShmWindow& window() const { return *win_; }
+
+  // out = (sum over ranks of in * prescale) * postscale, for any reduce op; in may
+  // equal out. Bitwise identical on every rank.
+  void allreduce(const Reducer& red, const void* in, void* out, size_t count, DataType dt,
+                 ReduceOp op, double prescale, double postscale);
+  // Like allreduce, but only this rank's block of out (partition.h, `size()` parts)
+  // is written; the rest of out is left alone.
+  void reduce_scatter(const Reducer& red, const void* in, void* out, size_t count, DataType dt,
+                      ReduceOp op, double prescale, double postscale);
+  // Every rank's block of buf is copied into the same block on all the others.
+  void allgather(void* buf, size_t count, DataType dt);
+
+ private:
+  enum class Pass { ALLREDUCE, REDUCE_SCATTER, ALLGATHER };
+  void run(Pass pass, const Reducer* red, const char* in, char* out, size_t count, DataType dt,
+           ReduceOp op, double prescale, double postscale);
+
+  std::unique_ptr<ShmWindow> win_;
+  ShmOptions opts_;
+  size_t piece_bytes_ = 0, slot_stride_ = 0;
+  // Pipeline steps done through this window; the same on every rank, since all run
+  // the same passes over the same counts. It numbers the progress counters.
+  uint64_t seq_ = 0;
+  // Fault injection for tests (HOROVODLITE_SHM_TEST_KILL_AT_STEP): this process
+  // kills itself right after publishing that step, i.e. in the middle of a collective.
+  uint64_t kill_at_step_ = 0;
+};
+
+}  // namespace hvdl
