@@ -137,6 +137,13 @@ def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_facto
 
 # ---- collectives whose output the engine allocates (sizes known after negotiation) ----
 
+def _contiguous(t):
+    """C-contiguous view or copy that keeps 0-d arrays 0-d (np.ascontiguousarray
+    would make them 1-d)."""
+    a = np.asarray(t)
+    return a if a.flags.c_contiguous else np.ascontiguousarray(a)
+
+
 def _engine_output(handle, dtype):
     """The engine-allocated result of `handle` viewed as an array (no copy; the array
     keeps the memory alive)."""
@@ -154,7 +161,7 @@ def _submit_engine_output(kind, src, name, process_set, group="", group_size=0, 
 
 
 def _allgather_submit(tensor, name, process_set, group="", group_size=0):
-    src = np.ascontiguousarray(tensor)
+    src = _contiguous(tensor)
     if src.ndim == 0:  # a scalar gathers as one row
         src = src.reshape(1)
     return _submit_engine_output("allgather", src, name, process_set, group, group_size,
@@ -197,7 +204,7 @@ def _root_in_set(root_rank, process_set):
 
 def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
     _topology()
-    src = np.ascontiguousarray(tensor)
+    src = _contiguous(tensor)
     root, err = _root_in_set(root_rank, process_set)
     return _submit_engine_output("broadcast", src, auto_name("broadcast", name), process_set,
                                  op=BROADCAST, root=root, error=err)
@@ -240,7 +247,7 @@ def _splits_list(splits, process_set):
 
 def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
     _topology()
-    src = np.ascontiguousarray(tensor)
+    src = _contiguous(tensor)
     split_list, err = _splits_list(splits, process_set)
     dt = src.dtype
 
@@ -259,7 +266,7 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
 
 
 def _reducescatter_submit(tensor, name, op, prescale, postscale, process_set, group="", group_size=0):
-    src = np.ascontiguousarray(tensor)
+    src = _contiguous(tensor)
     return _submit_engine_output("reducescatter", src, name, process_set, group, group_size,
                                  reducible=True, op=REDUCESCATTER, reduce_op=op,
                                  prescale=float(prescale), postscale=float(postscale))

@@ -75,18 +75,23 @@ void ring_reduce_scatter(Transport& t, const Reducer& red, const void* src, void
     const char* mine = in + blocks.offset[rb] * es;
     char* rptr = out + blocks.offset[rb] * es;
     const size_t scount = blocks.count[sb], rcount = blocks.count[rb];
-    // Both neighbours cut their blocks into the same segments, so segment k of what
-    // we send lines up with segment k of what the left neighbour sends us.
-    const size_t nseg = std::max((scount + seg - 1) / seg, (rcount + seg - 1) / seg);
-    recvs.assign(nseg, 0);
+    // The number of messages of a transfer follows from the block it carries alone,
+    // so sender and receiver always agree on it (also when a block is empty, which
+    // happens when there are fewer elements than ranks: then nothing is posted).
+    const size_t ns = (scount + seg - 1) / seg, nr = (rcount + seg - 1) / seg;
+    const size_t steps = std::max(ns, nr);
+    recvs.assign(nr, 0);
     auto post = [&](size_t k) {
-      char* into = in_place ? slots + (k % 2) * seg * es : rptr + k * seg * es;
-      recvs[k] = t.irecv(left, into, seg_len(rcount, k) * es);
-      t.isend(right, sptr + k * seg * es, seg_len(scount, k) * es);
+      if (k < nr) {
+        char* into = in_place ? slots + (k % 2) * seg * es : rptr + k * seg * es;
+        recvs[k] = t.irecv(left, into, seg_len(rcount, k) * es);
+      }
+      if (k < ns) t.isend(right, sptr + k * seg * es, seg_len(scount, k) * es);
     };
-    if (nseg > 0) post(0);
-    for (size_t k = 0; k < nseg; ++k) {
-      if (k + 1 < nseg) post(k + 1);
+    if (steps > 0) post(0);
+    for (size_t k = 0; k < steps; ++k) {
+      if (k + 1 < steps) post(k + 1);
+      if (k >= nr) continue;
       t.wait(recvs[k]);
       const size_t len = seg_len(rcount, k);
       if (in_place)
