@@ -26,8 +26,7 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
     if rank() != root_rank:
         payload = np.empty(int(size[0]), dtype=np.uint8)
     broadcast_(payload, root_rank, name=f"{name}.data", process_set=process_set)
-    if rank() == root_rank:
-        return obj
+    # Every rank, the root included, gets its own copy (as in Horovod).
     return cloudpickle.loads(payload.tobytes())
 
 
