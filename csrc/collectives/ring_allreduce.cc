@@ -40,21 +40,22 @@ void ring_allreduce(Transport& t, const Reducer& red, void* buf, size_t count, D
     char* sptr = base + block_offset(count, n, sb) * es;
     char* rptr = base + block_offset(count, n, rb) * es;
     const size_t scount = block_count(count, n, sb), rcount = block_count(count, n, rb);
-    // Both neighbours cut their blocks into the same segments, so segment k of what
-    // we send lines up with segment k of what the left neighbour sends us.
-    const size_t nseg = std::max((scount + seg - 1) / seg, (rcount + seg - 1) / seg);
-    auto seg_len = [&](size_t total, size_t k) {
-      size_t off = k * seg;
-      return off >= total ? size_t(0) : std::min(seg, total - off);
-    };
+    // Segment k of our send lines up with segment k of what the left neighbour sends
+    // us, but the two blocks may differ by one element and so by one segment: each
+    // side posts exactly as many messages as its own block has segments, so a
+    // receive is never left to match the next step's first message.
+    const size_t ssegs = (scount + seg - 1) / seg, rsegs = (rcount + seg - 1) / seg;
+    const size_t nseg = std::max(ssegs, rsegs);
+    auto seg_len = [&](size_t total, size_t k) { return std::min(seg, total - k * seg); };
     std::vector<Transport::Op> recvs(nseg);
     auto post = [&](size_t k) {
-      recvs[k] = t.irecv(left, slots + (k % 2) * seg * es, seg_len(rcount, k) * es);
-      t.isend(right, sptr + k * seg * es, seg_len(scount, k) * es);
+      if (k < rsegs) recvs[k] = t.irecv(left, slots + (k % 2) * seg * es, seg_len(rcount, k) * es);
+      if (k < ssegs) t.isend(right, sptr + k * seg * es, seg_len(scount, k) * es);
     };
     if (nseg > 0) post(0);
     for (size_t k = 0; k < nseg; ++k) {
       if (k + 1 < nseg) post(k + 1);
+      if (k >= rsegs) continue;
       t.wait(recvs[k]);
       red.reduce(rptr + k * seg * es, slots + (k % 2) * seg * es, seg_len(rcount, k), dt, op);
     }
