@@ -195,3 +195,126 @@ def run_matrix(hvd, big=True, sync_subset=True):
         want = (n * base + n * (n - 1) // 2).astype(np.float32)
         ck.check("big", got, want)
     return ck.result()
+
+
+def run_api(hvd):
+    """Scale factors, the deprecated average=, default op, async in place, poll,
+    grouped allreduce, non-exact floats within a dtype-derived tolerance."""
+    n, r = hvd.size(), hvd.rank()
+    ck = Checker()
+    pre, post = 0.5, 1.5
+    for dt in DTYPES:
+        for opname in ("Sum", "Average", "Max"):
+            for shape in ((17,), (n * 1031 + 1,)):
+                key = f"scale/{dt}/{opname}/{shape}"
+                op = OPS[opname]
+                x = make_input(dt, shape, op, r, n, key)
+                got = hvd.allreduce(x, op=op, prescale_factor=pre, postscale_factor=post, name=key)
+                ck.check(key, got, reference(all_inputs(dt, shape, op, n, key), op, pre, post))
+
+    # deprecated average= and the default op (Average)
+    for key, kwargs, op in (("avg-true", {"average": True}, AVERAGE),
+                            ("avg-false", {"average": False}, SUM),
+                            ("default-op", {}, AVERAGE)):
+        x = make_input("float32", (33,), op, r, n, key)
+        ck.check(key, hvd.allreduce(x, name=key, **kwargs),
+                 reference(all_inputs("float32", (33,), op, n, key), op))
+    try:
+        hvd.allreduce(np.ones(3), op=hvd.Sum, average=True)
+        ck.failures.append("op= together with average= was accepted")
+    except ValueError:
+        pass
+
+    # async in place: poll until done, synchronize returns the same array
+    key = "async-inplace"
+    x = make_input("int32", (9, 4), SUM, r, n, key)
+    h = hvd.allreduce_async_(x, op=hvd.Sum, name=key)
+    import time
+    t0 = time.time()
+    while not hvd.poll(h):
+        if time.time() - t0 > 60:
+            ck.failures.append("poll() never became true")
+            break
+        time.sleep(0.001)
+    res = hvd.synchronize(h)
+    if res is not x:
+        ck.failures.append("allreduce_async_: synchronize did not return the input array")
+    ck.check(key, x, reference(all_inputs("int32", (9, 4), SUM, n, key), SUM))
+
+    # grouped, out of place and in place, mixed dtypes and shapes
+    specs = [("float32", (5,)), ("int64", (3, 3)), ("float16", ()), ("float32", (0,)),
+             ("bfloat16", (40,))]
+    for in_place in (False, True):
+        key = f"grouped-{in_place}"
+        xs = [make_input(dt, shape, SUM, r, n, f"{key}/{i}") for i, (dt, shape) in enumerate(specs)]
+        if in_place:
+            outs = hvd.grouped_allreduce_(xs, op=hvd.Sum, name=key)
+            if any(o is not x for o, x in zip(outs, xs)):
+                ck.failures.append("grouped_allreduce_ did not return its arguments")
+        else:
+            outs = hvd.grouped_allreduce(xs, op=hvd.Sum, name=key)
+        if len(outs) != len(specs):
+            ck.failures.append(f"{key}: {len(outs)} results for {len(specs)} tensors")
+        for i, ((dt, shape), out) in enumerate(zip(specs, outs)):
+            ck.check(f"{key}/{i}", out,
+                     reference(all_inputs(dt, shape, SUM, n, f"{key}/{i}"), SUM))
+
+    # real-valued floats: summation order is the ring's, so compare with a tolerance
+    for dt in ("float16", "bfloat16", "float32", "float64"):
+        d = dtype_of(dt)
+        eps = float(ml_dtypes.finfo(d).eps) if d in HALF else float(np.finfo(d).eps)
+        for opname in ("Sum", "Average"):
+            key = f"real/{dt}/{opname}"
+            xs = [(np.random.default_rng([zlib.crc32(key.encode()), q]).standard_normal(1000)
+                   .astype(np.float32).astype(d)) for q in range(n)]
+            got = hvd.allreduce(xs[r], op=OPS[opname], name=key)
+            exact = sum(x.astype(np.float64) for x in xs)
+            mag = sum(np.abs(x.astype(np.float64)) for x in xs)
+            if opname == "Average":
+                exact, mag = exact / n, mag / n
+            tol = 2 * n * eps * mag + eps * np.abs(exact) + 1e-300
+            err = np.abs(got.astype(np.float64) - exact)
+            if got.dtype != d or got.shape != (1000,) or not np.all(err <= tol):
+                ck.failures.append(f"{key}: max error {err.max():.3g} > tolerance")
+            ck.digests[key] = digest(got)
+    return ck.result()
+
+
+def run_many_in_flight(hvd, count=300):
+    """`count` small async tensors in flight at once; returns the engine's counters
+    for them so the test can see whether they were fused."""
+    n, r = hvd.size(), hvd.rank()
+    ck = Checker()
+    hvd.allreduce(np.zeros(1), name="warmup")  # every rank is up before we count
+    from horovodlite._loader import _core
+    before = _core.stats(0)
+    keys = [f"many/{i}" for i in range(count)]
+    order = keys if r % 2 == 0 else keys[::-1]
+    handles = {}
+    for k in order:
+        handles[k] = hvd.allreduce_async(make_input("float32", (7,), SUM, r, n, k), op=hvd.Sum, name=k)
+    for k in reversed(keys):
+        ck.check(k, hvd.synchronize(handles[k]), reference(all_inputs("float32", (7,), SUM, n, k), SUM))
+    after = _core.stats(0)
+    res = ck.result()
+    res["groups"] = after["groups"] - before["groups"]
+    res["tensors"] = after["tensors"] - before["tensors"]
+    return res
+
+
+def run_segments(hvd):
+    """Blocks of several pipelined segments, and blocks that differ by one element
+    across a segment boundary (run with a small HOROVODLITE_RING_SEGMENT_BYTES)."""
+    import os
+    n, r = hvd.size(), hvd.rank()
+    seg_bytes = int(os.environ["HOROVODLITE_RING_SEGMENT_BYTES"])
+    ck = Checker()
+    for dt in DTYPES:
+        seg = max(1, seg_bytes // dtype_of(dt).itemsize)
+        for count in (seg - 1, n * seg + 1, 3 * n * seg + 2, 5 * n * seg - 1):
+            for opname in ("Sum", "Max"):
+                key = f"seg/{dt}/{opname}/{count}"
+                x = make_input(dt, (count,), OPS[opname], r, n, key)
+                got = hvd.allreduce(x, op=OPS[opname], name=key)
+                ck.check(key, got, reference(all_inputs(dt, (count,), OPS[opname], n, key), OPS[opname]))
+    return ck.result()

@@ -41,3 +41,41 @@ def test_matrix(n):
         return C.run_matrix(hvd)
     """, timeout=400)
     assert len(results[0]["digests"]) == 8 * 5 * 6 + 2 * 8 * 5 + 1
+
+
+def test_scale_factors_average_flag_async_inplace_grouped():
+    run_cases(3, """
+    def main(hvd):
+        return C.run_api(hvd)
+    """)
+
+
+def test_many_in_flight_are_fused():
+    res = run_cases(2, """
+    def main(hvd):
+        return C.run_many_in_flight(hvd)
+    """)
+    for rank, r in enumerate(res):
+        assert r["tensors"] == 300, r
+        # one ring per tensor would be 300 groups; fusion packs many per ring
+        assert r["groups"] < r["tensors"] / 2, f"rank {rank}: {r['groups']} rings for 300 tensors"
+
+
+def test_fusion_off_takes_one_ring_per_tensor():
+    res = run_cases(2, """
+    def main(hvd):
+        return C.run_many_in_flight(hvd, count=60)
+    """, env={"HOROVODLITE_FUSION_THRESHOLD": "0"})
+    for r in res:
+        assert r["tensors"] == 60 and r["groups"] == 60, r
+
+
+def test_no_cycle_time_and_small_ring_segments():
+    run_cases(3, """
+    def main(hvd):
+        out = C.run_segments(hvd)
+        m = C.run_matrix(hvd, big=False, sync_subset=False)
+        out["failures"] += m["failures"]
+        out["digests"].update(m["digests"])
+        return out
+    """, env={"HOROVODLITE_CYCLE_TIME": "0", "HOROVODLITE_RING_SEGMENT_BYTES": "4096"})
