@@ -73,9 +73,11 @@ def check(name, got, want):
 def main(hvd):
     n, r = int(os.environ["OMPI_COMM_WORLD_SIZE"]), int(os.environ["OMPI_COMM_WORLD_RANK"])
     # Tiny pipeline steps and two slots: the odd sizes cross many steps, wrap the
-    # slots and cut pieces at every kind of boundary; stream the larger outputs.
+    # slots and cut pieces at every kind of boundary; the larger sizes stream their
+    # inputs and outputs, the smaller ones use ordinary stores.
     os.environ.update(HOROVODLITE_SHM_CHUNK_BYTES="4096", HOROVODLITE_SHM_SLOTS="2",
-                      HOROVODLITE_SHM_STREAM_THRESHOLD="65536")
+                      HOROVODLITE_SHM_STREAM_IN_THRESHOLD="4000",
+                      HOROVODLITE_SHM_STREAM_OUT_THRESHOLD="65536")
     hvd.init(process_sets="dynamic")
     assert _core.allreduce_algorithm(0) == "shm", _core.allreduce_algorithm(0)
     results = {}
@@ -109,7 +111,8 @@ def main(hvd):
         check("subset", y, want)
     hvd.shutdown()
     # Default pipeline: one output larger than the streaming threshold.
-    for k in ("HOROVODLITE_SHM_CHUNK_BYTES", "HOROVODLITE_SHM_SLOTS", "HOROVODLITE_SHM_STREAM_THRESHOLD"):
+    for k in ("HOROVODLITE_SHM_CHUNK_BYTES", "HOROVODLITE_SHM_SLOTS",
+              "HOROVODLITE_SHM_STREAM_IN_THRESHOLD", "HOROVODLITE_SHM_STREAM_OUT_THRESHOLD"):
         del os.environ[k]
     hvd.init()
     big = 3_000_001

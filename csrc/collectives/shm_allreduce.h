@@ -11,12 +11,17 @@
 namespace hvdl {
 
 struct ShmOptions {
-  size_t chunk_bytes = 128u << 10;      // one pipeline step, all ranks' pieces together
-  int slots = 4;                        // chunks in flight per rank
-  size_t stream_threshold = 8u << 20;   // outputs this large bypass the cache
+  size_t chunk_bytes = 256u << 10;  // one pipeline step, all ranks' pieces together
+  int slots = 4;                    // steps in flight per rank
+  // Collectives of at least this many bytes write the staging slots with
+  // non-temporal stores (see shm_allreduce.cc for why: 0 = always) ...
+  size_t stream_in_threshold = 0;
+  // ... and their final output, which will not be read again soon.
+  size_t stream_out_threshold = 8u << 20;
 };
 
-// Reads HOROVODLITE_SHM_CHUNK_BYTES, _SHM_SLOTS, _SHM_STREAM_THRESHOLD.
+// Reads HOROVODLITE_SHM_CHUNK_BYTES, _SHM_SLOTS, _SHM_STREAM_IN_THRESHOLD and
+// _SHM_STREAM_OUT_THRESHOLD.
 ShmOptions shm_options_from_env();
 
 class ShmCollectives {

@@ -80,13 +80,14 @@ std::unique_ptr<AllreduceAlgorithm> make_allreduce_algorithm(Transport& set,
   if (me == 0) {
     std::ostringstream os;
     os << choose(hosts) << ' ' << opts.chunk_bytes << ' ' << opts.slots << ' '
-       << opts.stream_threshold;
+       << opts.stream_in_threshold << ' ' << opts.stream_out_threshold;
     plan = os.str();
   }
   set.broadcast(plan, 0);
   std::istringstream is(plan);
   std::string kind;
-  is >> kind >> opts.chunk_bytes >> opts.slots >> opts.stream_threshold;
+  is >> kind >> opts.chunk_bytes >> opts.slots >> opts.stream_in_threshold >>
+      opts.stream_out_threshold;
 
   if (kind == "shm") {
     auto w = ShmWindow::create(set, ShmCollectives::window_bytes(opts, n));
