@@ -22,6 +22,10 @@
 // invalidate without waiting for the line, and the peers read from memory instead:
 // 3-4x faster there and no slower where cores share a cache, so they are the default.
 //
+// A rank's own piece of each step never goes through the window raw: it is copied
+// to private memory, reduced there, and only the result is published; this saves
+// reading it back from memory and taking shared lines for the reduction.
+//
 // Every piece is reduced by exactly one rank and copied by the others, so results
 // are bitwise identical everywhere. Reduce-scatter stops after RED with an OUT of
 // the rank's own piece; allgather skips RED. Hierarchical allreduce uses those two.
@@ -69,6 +73,7 @@ ShmCollectives::ShmCollectives(std::unique_ptr<ShmWindow> w, const ShmOptions& o
   slot_stride_ = piece_bytes_ * win_->size();
   if (window_bytes(o, win_->size()) > win_->bytes_per_rank())
     throw std::logic_error("shared-memory window smaller than the pipeline needs");
+  own_.reserve(piece_bytes_ * o.slots);
   kill_at_step_ = static_cast<uint64_t>(env_int("SHM_TEST_KILL_AT_STEP", 0));
 }
 
@@ -111,6 +116,7 @@ void ShmCollectives::run(Pass pass, const Reducer* red, const char* in, char* ou
   auto slot = [&](int owner, uint64_t g, int p) {
     return w.data(owner) + ((g - 1) % K) * slot_stride_ + p * piece_bytes_;
   };
+  auto own = [&](uint64_t g) { return own_.data() + ((g - 1) % K) * piece_bytes_; };
   auto all_reached = [&](int ctr, uint64_t v) {
     for (int p = 0; p < n; ++p)
       if (p != r && w.counter(p, ctr) < v) return false;
@@ -122,8 +128,10 @@ void ShmCollectives::run(Pass pass, const Reducer* red, const char* in, char* ou
       if (pass == Pass::ALLGATHER && p != r) continue;
       size_t off, len = piece(c, p, off);
       if (!len) continue;
-      char* dst = slot(r, g, p);
-      copy_bytes(dst, in + off * es, len * es, stream_in);
+      // Our own piece stays private (and in cache) until it is reduced.
+      const bool mine = p == r && pass != Pass::ALLGATHER;
+      char* dst = mine ? own(g) : slot(r, g, p);
+      copy_bytes(dst, in + off * es, len * es, stream_in && !mine);
       if (red) red->scale(dst, len, dt, prescale);
     }
     if (stream_in) copy_fence();  // streamed stores must land before IN is published
@@ -131,15 +139,20 @@ void ShmCollectives::run(Pass pass, const Reducer* red, const char* in, char* ou
   auto reduce = [&](size_t c, uint64_t g) {
     size_t off, len = piece(c, r, off);
     if (!len) return;
-    char* dst = slot(r, g, r);
+    char* dst = own(g);
     for (int k = 1; k < n; ++k) red->reduce(dst, slot((r + k) % n, g, r), len, dt, op);
     red->scale(dst, len, dt, postscale);
+    if (pass == Pass::ALLREDUCE) {  // publish the result for the peers' OUT
+      copy_bytes(slot(r, g, r), dst, len * es, stream_in);
+      if (stream_in) copy_fence();
+    }
   };
   auto copy_out = [&](size_t c, uint64_t g) {
     for (int p = 0; p < n; ++p) {
       if (pass == Pass::REDUCE_SCATTER ? p != r : (pass == Pass::ALLGATHER && p == r)) continue;
       size_t off, len = piece(c, p, off);
-      if (len) copy_bytes(out + off * es, slot(p, g, p), len * es, stream_out);
+      const char* src = p == r && pass != Pass::ALLGATHER ? own(g) : slot(p, g, p);
+      if (len) copy_bytes(out + off * es, src, len * es, stream_out);
     }
   };
 

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "../common/buffer.h"
 #include "../common/dtype.h"
 #include "../transport/shm_window.h"
 #include "reducer.h"
@@ -53,6 +54,7 @@ class ShmCollectives {
   std::unique_ptr<ShmWindow> win_;
   ShmOptions opts_;
   size_t piece_bytes_ = 0, slot_stride_ = 0;
+  HostBuffer own_;  // this rank's own pieces, one per slot: only it reads them raw
   // Pipeline steps done through this window; the same on every rank, since all run
   // the same passes over the same counts. It numbers the progress counters.
   uint64_t seq_ = 0;
