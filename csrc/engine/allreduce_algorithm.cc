@@ -106,8 +106,14 @@ std::unique_ptr<AllreduceAlgorithm> make_allreduce_algorithm(Transport& set,
   const int host_index =
       static_cast<int>(std::lower_bound(host_ids.begin(), host_ids.end(), hosts[me]) - host_ids.begin());
 
-  auto local_t = set.split(host_index, me);
-  auto cross_t = set.split(local_index, host_index);
+  std::unique_ptr<Transport> local_t, cross_t;
+  try {
+    local_t = set.split(host_index, me);
+    cross_t = set.split(local_index, host_index);
+  } catch (const std::logic_error& e) {  // before any communication: the same on all ranks
+    HVDL_LOG(WARNING) << "hierarchical allreduce not used: " << e.what();
+    return nullptr;
+  }
   std::unique_ptr<ShmCollectives> local;
   bool ok = true;
   if (local_t->size() > 1) {
