@@ -1,6 +1,8 @@
 """The shared-memory target, side by side in one launch: horovodlite's allreduce
 paths (flat ring over MPI, shared memory) in place and out of place, OpenMPI's
 Allreduce (mpi4py) both ways, and a memcpy of the same size on every rank at once.
+"window only" keeps even the largest messages in the shared-memory window (by
+default those from HOROVODLITE_SHM_RING_THRESHOLD up take the ring).
 
     mpirun -np 2 --bind-to core python benchmarks/shm_allreduce.py [--size 64M] [--rounds 5]
 
@@ -36,7 +38,8 @@ def main():
 
     def hvd_path(env, in_place):
         def setup():
-            for k in ("HOROVODLITE_SHM", "HOROVODLITE_HIERARCHICAL_ALLREDUCE"):
+            for k in ("HOROVODLITE_SHM", "HOROVODLITE_HIERARCHICAL_ALLREDUCE",
+                      "HOROVODLITE_SHM_RING_THRESHOLD"):
                 os.environ.pop(k, None)
             os.environ.update(env)
             hvd.init()
@@ -49,6 +52,7 @@ def main():
     impls = [
         ("ring", "in place", *hvd_path({"HOROVODLITE_SHM": "0"}, True)),
         ("shm", "in place", *hvd_path({}, True)),
+        ("shm", "in place, window only", *hvd_path({"HOROVODLITE_SHM_RING_THRESHOLD": "0"}, True)),
         ("ring", "out of place", *hvd_path({"HOROVODLITE_SHM": "0"}, False)),
         ("shm", "out of place", *hvd_path({}, False)),
         ("MPI Allreduce", "out of place", lambda: "MPI",
@@ -90,11 +94,11 @@ def main():
     load = " / ".join(f"{v:.1f}" for v in os.getloadavg())
     print(f"allreduce of {human(size)} float32, {n} ranks, {args.rounds} rounds x {args.iters} calls, "
           f"load average {load}")
-    print(f"{'implementation':<34} {'median':>9} {'best':>9} {'busbw GB/s':>10} {'x best MPI':>10} "
+    print(f"{'implementation':<42} {'median':>9} {'best':>9} {'busbw GB/s':>10} {'x best MPI':>10} "
           f"{'% memcpy':>9} {'#wrong':>6}")
     for i, (label, form, *_rest) in enumerate(impls):
         name = f"horovodlite {names[i]}, {form}" if label in ("ring", "shm") else f"{label}, {form}"
-        print(f"{name:<34} {med[i] * 1e3:7.2f}ms {min(times[i]) * 1e3:7.2f}ms {busbw[i]:10.2f} "
+        print(f"{name:<42} {med[i] * 1e3:7.2f}ms {min(times[i]) * 1e3:7.2f}ms {busbw[i]:10.2f} "
               f"{busbw[i] / mpi:9.2f}x {100 * busbw[i] / cp:8.0f}% {wrong[i]:6d}")
 
 

@@ -244,8 +244,8 @@ def same_bits_np(a, b):
 
 
 def test_path_selection():
-    """Uneven hosts fall back to the ring; forcing hierarchical on one host and
-    switching shared memory off are honoured."""
+    """Uneven hosts fall back to the ring; forcing hierarchical on one host,
+    switching shared memory off and handing large messages to the ring are honoured."""
     res = run(3, """
 from horovodlite._loader import _core
 
@@ -254,7 +254,8 @@ def main(hvd):
     seen = []
     for env in ({"HOROVODLITE_HOSTNAME_OVERRIDE": "a" if r < 2 else "b"},
                 {"HOROVODLITE_HIERARCHICAL_ALLREDUCE": "1"},
-                {"HOROVODLITE_SHM": "0"}):
+                {"HOROVODLITE_SHM": "0"},
+                {"HOROVODLITE_SHM_RING_THRESHOLD": "4096"}):  # large ones take the ring
         saved = dict(os.environ)
         os.environ.update(env)
         hvd.init()
@@ -266,4 +267,4 @@ def main(hvd):
         os.environ.update(saved)
     return seen
 """, init=False, timeout=180)
-    assert res == [["ring", "hierarchical", "ring"]] * 3
+    assert res == [["ring", "hierarchical", "ring", "shm"]] * 3

@@ -53,6 +53,8 @@ ShmOptions shm_options_from_env() {
       env_int("SHM_STREAM_IN_THRESHOLD", static_cast<long long>(o.stream_in_threshold)));
   o.stream_out_threshold = static_cast<size_t>(
       env_int("SHM_STREAM_OUT_THRESHOLD", static_cast<long long>(o.stream_out_threshold)));
+  o.ring_threshold = static_cast<size_t>(
+      env_int("SHM_RING_THRESHOLD", static_cast<long long>(o.ring_threshold)));
   o.chunk_bytes = std::max<size_t>(o.chunk_bytes, 4096);
   o.slots = std::max(o.slots, 2);
   return o;

@@ -19,10 +19,13 @@ struct ShmOptions {
   size_t stream_in_threshold = 0;
   // ... and their final output, which will not be read again soon.
   size_t stream_out_threshold = 8u << 20;
+  // Allreduces of at least this many bytes go through the ring instead (0: never);
+  // see allreduce_algorithm.cc.
+  size_t ring_threshold = 32u << 20;
 };
 
-// Reads HOROVODLITE_SHM_CHUNK_BYTES, _SHM_SLOTS, _SHM_STREAM_IN_THRESHOLD and
-// _SHM_STREAM_OUT_THRESHOLD.
+// Reads HOROVODLITE_SHM_CHUNK_BYTES, _SHM_SLOTS, _SHM_STREAM_IN_THRESHOLD,
+// _SHM_STREAM_OUT_THRESHOLD and _SHM_RING_THRESHOLD.
 ShmOptions shm_options_from_env();
 
 class ShmCollectives {

@@ -1,6 +1,7 @@
 // Which allreduce a process set runs on host memory, chosen once when its worker
 // starts, from where its ranks live and the environment:
-//   - every rank on this host: through shared memory ("shm"),
+//   - every rank on this host: through shared memory ("shm"; the largest messages,
+//     HOROVODLITE_SHM_RING_THRESHOLD and up, still take the ring),
 //   - several hosts with the same number of ranks each: shared memory inside each
 //     host and a ring across hosts ("hierarchical"),
 //   - otherwise (or HOROVODLITE_SHM=0 / HOROVODLITE_HIERARCHICAL_ALLREDUCE=0): the
