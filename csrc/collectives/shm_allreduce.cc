@@ -6,13 +6,11 @@
 // each). Per step, every rank
 //   1. IN:  copies its piece c of all N blocks into its staging slot,
 //   2. RED: once all ranks have published step c, adds the peers' copies of piece c
-//           of block r into its own slot (and applies postscale),
+//           of block r to its own (and applies postscale), and publishes the sum,
 //   3. OUT: once all have reduced step c, copies the N reduced pieces out.
 // Each stage publishes a counter (the global step number), and a rank is free to
 // start the next step's IN while peers are still reducing the previous one: with
-// S slots per rank, S steps are in flight. Slots are small (chunk_bytes total), so
-// a step's data stays in cache from IN to OUT, and memory sees little more than
-// one read of the input and one write of the output, like a memcpy.
+// S slots per rank, S steps are in flight, and no rank waits for a whole phase.
 //
 // Writing the slots with ordinary stores looks cheapest (the peers read them straight
 // from this rank's cache), but every step then writes lines that the peers read the
