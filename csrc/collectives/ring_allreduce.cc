@@ -22,7 +22,7 @@ size_t ring_segment_bytes() {
 }
 
 void ring_allreduce(Transport& t, const Reducer& red, void* buf, size_t count, DataType dt,
-                    ReduceOp op, double postscale, HostBuffer& scratch) {
+                    ReduceOp op, double postscale, HostBuffer& scratch, const RingOptions& opts) {
   const int n = t.size(), r = t.rank();
   const size_t es = dtype_size(dt);
   char* base = static_cast<char*>(buf);
@@ -32,9 +32,12 @@ void ring_allreduce(Transport& t, const Reducer& red, void* buf, size_t count, D
   }
   const int right = (r + 1) % n, left = (r - 1 + n) % n;
   auto blk = [&](int i) { return ((i % n) + n) % n; };
-  const size_t seg = std::max<size_t>(1, ring_segment_bytes() / es);
+  const size_t seg_bytes = opts.segment_bytes ? opts.segment_bytes : ring_segment_bytes();
+  const size_t seg = std::max<size_t>(1, seg_bytes / es);
   char* slots = scratch.reserve(2 * seg * es);
 
+  PhaseObserver* const obs = opts.phases;
+  if (obs) obs->begin("RING_REDUCE_SCATTER");
   for (int s = 0; s < n - 1; ++s) {
     const int sb = blk(r - s), rb = blk(r - s - 1);
     char* sptr = base + block_offset(count, n, sb) * es;
@@ -63,13 +66,16 @@ void ring_allreduce(Transport& t, const Reducer& red, void* buf, size_t count, D
 
   const int own = blk(r + 1);
   red.scale(base + block_offset(count, n, own) * es, block_count(count, n, own), dt, postscale);
+  if (obs) obs->end("RING_REDUCE_SCATTER");
 
+  if (obs) obs->begin("RING_ALLGATHER");
   for (int s = 0; s < n - 1; ++s) {
     const int sb = blk(r + 1 - s), rb = blk(r - s);
     t.sendrecv(right, base + block_offset(count, n, sb) * es, block_count(count, n, sb) * es,
                left, base + block_offset(count, n, rb) * es, block_count(count, n, rb) * es);
     t.wait_all();
   }
+  if (obs) obs->end("RING_ALLGATHER");
 }
 
 }  // namespace hvdl

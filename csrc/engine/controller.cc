@@ -1,6 +1,7 @@
 #include "controller.h"
 
 #include <algorithm>
+#include <stdexcept>
 
 #include "../common/logging.h"
 
@@ -8,7 +9,7 @@ namespace hvdl {
 
 namespace {
 enum Flag : uint64_t {  // stored inverted, so the AND of all ranks is a NOR
-  kNothingToSend = 1, kNoShutdown = 2,
+  kNothingToSend = 1, kNoShutdown = 2, kNoTimeline = 4,
 };
 }
 
@@ -31,13 +32,15 @@ void Controller::requeue(uint32_t bit) {
   pending_cached_.erase(it);
 }
 
-RoundResult Controller::round(std::vector<Request> fresh, bool want_shutdown) {
+RoundResult Controller::round(std::vector<Request> fresh, bool want_shutdown, Timeline* timeline,
+                              const Tunables* publish) {
   RoundResult res;
   auto now = Clock::now();
+  const bool bypass_cache = others_joined_ || timeline_on_;
   for (auto& q : fresh) {
     q.rank = t_.rank();
     uint32_t bit = 0;
-    auto found = others_joined_ ? ResponseCache::MISS : cache_.lookup(q, &bit);
+    auto found = bypass_cache ? ResponseCache::MISS : cache_.lookup(q, &bit);
     if (found == ResponseCache::HIT) {
       pending_cached_[bit] = Cached{std::move(q), now};
       continue;
@@ -58,8 +61,8 @@ RoundResult Controller::round(std::vector<Request> fresh, bool want_shutdown) {
 
   // [flags][ready bits][valid bits]
   std::vector<uint64_t> vote(1 + 2 * words_, 0);
-  vote[0] = (unsent_.empty() && !coord_errors ? kNothingToSend : 0) |
-            (want_shutdown ? 0 : kNoShutdown);
+  vote[0] = (unsent_.empty() && !coord_errors && !publish ? kNothingToSend : 0) |
+            (want_shutdown ? 0 : kNoShutdown) | (timeline ? 0 : kNoTimeline);
   for (auto& kv : pending_cached_) vote[1 + kv.first / 64] |= uint64_t(1) << (kv.first % 64);
   for (size_t w = 0; w < words_; ++w) vote[1 + words_ + w] = ~uint64_t(0);
   for (uint32_t b : invalidate_) vote[1 + words_ + b / 64] &= ~(uint64_t(1) << (b % 64));
@@ -67,6 +70,7 @@ RoundResult Controller::round(std::vector<Request> fresh, bool want_shutdown) {
   t_.allreduce_and(vote.data(), vote.size());
   res.shutdown = !(vote[0] & kNoShutdown);
   bool do_gather = !(vote[0] & kNothingToSend);
+  const bool timeline_now = !(vote[0] & kNoTimeline);
 
   // Invalidated bits are dropped everywhere; requests waiting on them go to the
   // coordinator in this very round.
@@ -93,6 +97,14 @@ RoundResult Controller::round(std::vector<Request> fresh, bool want_shutdown) {
     }
   }
 
+  // The timeline just started: requests waiting on cache bits go to the coordinator
+  // (every rank makes this move in the same round, so the bits stay consistent).
+  if (timeline_now && !timeline_on_) {
+    for (auto& kv : pending_cached_) unsent_.push_back(std::move(kv.second.req));
+    pending_cached_.clear();
+  }
+  timeline_on_ = timeline_now;
+
   if (do_gather) {
     res.cache_only = false;
     std::string mine = encode_requests(unsent_);
@@ -102,7 +114,7 @@ RoundResult Controller::round(std::vector<Request> fresh, bool want_shutdown) {
     if (coord_) {
       for (auto& part : all)
         for (auto& q : decode_requests(part)) coord_->add(std::move(q), now);
-      auto ready = coord_->take_ready();
+      auto ready = coord_->take_ready(timeline);
       ready.insert(ready.end(), stall_errors.begin(), stall_errors.end());
       // Tell everyone whether some rank has joined: while one has, cached requests
       // cannot complete (joined ranks never vote), so all go to the coordinator.
@@ -110,10 +122,20 @@ RoundResult Controller::round(std::vector<Request> fresh, bool want_shutdown) {
       state.name = "";
       state.joined.assign(coord_->joined().begin(), coord_->joined().end());
       ready.insert(ready.begin(), state);
-      answer = encode_responses(ready);
+      // [0 | 1 + Tunables][responses]
+      answer.push_back(publish ? 1 : 0);
+      if (publish) publish->append_to(answer);
+      answer += encode_responses(ready);
     }
     t_.broadcast(answer, 0);
-    auto decoded = decode_responses(answer);
+    size_t skip = 1;
+    if (answer.at(0)) {
+      if (answer.size() < 1 + sizeof(Tunables))
+        throw std::runtime_error("horovodlite: truncated control message");
+      res.tunables = Tunables::read_from(answer.data() + 1);
+      skip += sizeof(Tunables);
+    }
+    auto decoded = decode_responses(answer.substr(skip));
     bool joined_now = !decoded.front().joined.empty();
     if (joined_now && !others_joined_) {
       for (auto& kv : pending_cached_) unsent_.push_back(std::move(kv.second.req));

@@ -8,10 +8,12 @@
 #pragma once
 #include <map>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "../transport/transport.h"
 #include "coordinator.h"
+#include "parameters.h"
 #include "response_cache.h"
 
 namespace hvdl {
@@ -20,13 +22,18 @@ struct RoundResult {
   std::vector<Response> responses;  // execute in this order on every rank
   bool shutdown = false;            // some rank asked to shut down
   bool cache_only = true;           // no gather/broadcast was needed
+  std::optional<Tunables> tunables;  // rank 0 changed them: apply before executing
 };
 
 class Controller {
  public:
   Controller(Transport& t, size_t cache_capacity, double stall_warn_s, double stall_fail_s);
 
-  RoundResult round(std::vector<Request> fresh, bool want_shutdown);
+  // Rank 0 only: `timeline` non-null while it records (every rank then sends its
+  // requests to the coordinator instead of the cache, so the coordinator sees when
+  // each rank became ready); `publish` non-null to hand new tunables to every rank.
+  RoundResult round(std::vector<Request> fresh, bool want_shutdown, Timeline* timeline = nullptr,
+                    const Tunables* publish = nullptr);
   // After a response ran: cache it (identically on every rank).
   void executed(const Response& r, const Request* local);
   // When this rank needs a round for its own timers (stall checks, cached requests
@@ -48,6 +55,7 @@ class Controller {
   std::vector<Request> unsent_;
   std::vector<uint32_t> invalidate_;
   bool others_joined_ = false;
+  bool timeline_on_ = false;  // agreed in the last round: bypass the cache
   double cached_report_s_;
   size_t words_;
 };
