@@ -27,7 +27,7 @@ Autotuner::Autotuner(const Tunables& start) : current_(start), best_(start) {
   samples_per_setting_ = std::max(1, static_cast<int>(env_int("AUTOTUNE_SAMPLES_PER_SETTING", 3)));
   confirm_rounds_ = std::max(0, static_cast<int>(env_int("AUTOTUNE_CONFIRM_ROUNDS", 2)));
   min_sample_s_ = env_double("AUTOTUNE_MIN_SAMPLE_MS", 20) / 1000.0;
-  max_sample_s_ = std::max(1.0, 50 * min_sample_s_);
+  max_sample_s_ = std::max(2.0, 50 * min_sample_s_);
   // Candidate values: the range where each knob changes anything on CPU transports.
   knobs_ = {
       {"fusion_threshold", {0, 1 * kMiB, 4 * kMiB, 16 * kMiB, 32 * kMiB, 64 * kMiB, 128 * kMiB},
@@ -96,20 +96,45 @@ void Autotuner::applied(const Tunables& t, Clock::time_point now) {
     return;
   }
   measuring_ = true;
-  window_start_ = now;
-  window_bytes_ = 0;
-  window_steps_ = 0;
+  window_open_ = false;
+  anchor_.clear();
   warmup_left_ = warmup_samples_;
   samples_left_ = samples_per_setting_;
 }
 
-void Autotuner::record(uint64_t bytes, Clock::time_point now, bool idle) {
+void Autotuner::record(const std::vector<Response>& executed, uint64_t bytes, Clock::time_point now) {
   if (!measuring_) return;
+  bool anchor_seen = false, new_anchor = false, work = false;
+  for (auto& r : executed) {
+    if (r.name.empty()) continue;
+    work = true;
+    // Only a name seen before can be the anchor: it is known to come round again
+    // (unnamed collectives get a fresh name every call).
+    if (anchor_.empty() && recent_.count(r.name)) {
+      anchor_ = r.name;
+      new_anchor = true;
+    } else if (!anchor_.empty() && r.name == anchor_) {
+      anchor_seen = true;
+    }
+    if (recent_.size() > 100000) recent_.clear();
+    recent_.insert(r.name);
+  }
+  if (!window_open_ || new_anchor) {  // a window starts after the first round with work
+    if (!work) return;
+    window_open_ = true;
+    window_start_ = now;
+    window_bytes_ = 0;
+    window_steps_ = 0;
+    return;
+  }
   window_bytes_ += bytes;
-  if (idle) window_steps_++;
+  if (anchor_seen) window_steps_++;
   const double elapsed = seconds(now - window_start_);
-  const bool full = window_steps_ >= steps_per_sample_ && elapsed >= min_sample_s_;
-  if (!(full || (elapsed >= max_sample_s_ && window_bytes_ > 0))) return;
+  // Windows end where the anchor comes round, so they hold whole steps.
+  const bool full = anchor_seen && window_steps_ >= steps_per_sample_ && elapsed >= min_sample_s_;
+  // Names that never repeat (unnamed collectives) end windows by time instead.
+  const bool timed_out = elapsed >= max_sample_s_ && window_bytes_ > 0;
+  if (!full && !timed_out) return;
   const double score = window_bytes_ / elapsed;
   if (warmup_left_ > 0) {
     warmup_left_--;
@@ -123,6 +148,7 @@ void Autotuner::record(uint64_t bytes, Clock::time_point now, bool idle) {
   window_start_ = now;
   window_bytes_ = 0;
   window_steps_ = 0;
+  if (!full) anchor_.clear();
   if (samples_left_ > 0) return;
   measuring_ = false;
   if (!confirm_.empty()) {

@@ -1,6 +1,7 @@
 // Online tuning of the engine's knobs (HOROVODLITE_AUTOTUNE=1), run by rank 0 of the
 // global process set. It measures the bytes the engine reduces per second of wall
-// time in windows that end at step boundaries (nothing left in flight), sweeps one
+// time in windows of whole training steps (a step ends when the first tensor of the
+// window comes round again: names repeat every iteration), sweeps one
 // knob at a time over a short list of values (coordinate descent: fusion threshold,
 // then cycle time, then ring segment size), re-measures the two best settings
 // against each other to guard against a lucky sample, and settles on the winner.
@@ -12,8 +13,10 @@
 #include <map>
 #include <string>
 #include <tuple>
+#include <unordered_set>
 #include <vector>
 
+#include "message.h"
 #include "parameters.h"
 #include "tensor_queue.h"
 
@@ -29,8 +32,8 @@ class Autotuner {
   const Tunables* proposal() const { return has_proposal_ ? &proposal_ : nullptr; }
   // Published values took effect (on every rank) at `now`.
   void applied(const Tunables& t, Clock::time_point now);
-  // After each round: bytes executed in it, and whether nothing is in flight now.
-  void record(uint64_t bytes, Clock::time_point now, bool idle);
+  // After each round: what it executed and how many bytes that moved.
+  void record(const std::vector<Response>& executed, uint64_t bytes, Clock::time_point now);
   bool done() const { return done_; }
 
  private:
@@ -59,6 +62,9 @@ class Autotuner {
   size_t confirm_pos_ = 0;
   std::map<Key, std::vector<double>> scores_, confirm_scores_;
   // The window being measured.
+  bool window_open_ = false;
+  std::string anchor_;  // a tensor that comes round once per step; empty: none yet
+  std::unordered_set<std::string> recent_;  // names executed lately
   Clock::time_point window_start_, t0_;
   uint64_t window_bytes_ = 0;
   int window_steps_ = 0, warmup_left_ = 0, samples_left_ = 0;

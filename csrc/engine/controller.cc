@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "../common/logging.h"
+#include "timeline.h"
 
 namespace hvdl {
 
@@ -36,11 +37,10 @@ RoundResult Controller::round(std::vector<Request> fresh, bool want_shutdown, Ti
                               const Tunables* publish) {
   RoundResult res;
   auto now = Clock::now();
-  const bool bypass_cache = others_joined_ || timeline_on_;
   for (auto& q : fresh) {
     q.rank = t_.rank();
     uint32_t bit = 0;
-    auto found = bypass_cache ? ResponseCache::MISS : cache_.lookup(q, &bit);
+    auto found = others_joined_ ? ResponseCache::MISS : cache_.lookup(q, &bit);
     if (found == ResponseCache::HIT) {
       pending_cached_[bit] = Cached{std::move(q), now};
       continue;
@@ -86,6 +86,7 @@ RoundResult Controller::round(std::vector<Request> fresh, bool want_shutdown, Ti
       vote[1 + w] &= ~(uint64_t(1) << (b % 64));
     }
   }
+  std::vector<Request> released;  // this rank's requests behind the cache hits (timeline)
   for (size_t w = 0; w < words_; ++w) {
     uint64_t ready = vote[1 + w];
     while (ready) {
@@ -93,17 +94,14 @@ RoundResult Controller::round(std::vector<Request> fresh, bool want_shutdown, Ti
       ready &= ready - 1;
       res.responses.push_back(cache_.response(b));
       cache_.touch(b);
+      auto it = pending_cached_.find(b);
+      if (timeline_now && it != pending_cached_.end()) released.push_back(std::move(it->second.req));
       pending_cached_.erase(b);
     }
   }
-
-  // The timeline just started: requests waiting on cache bits go to the coordinator
-  // (every rank makes this move in the same round, so the bits stay consistent).
-  if (timeline_now && !timeline_on_) {
-    for (auto& kv : pending_cached_) unsent_.push_back(std::move(kv.second.req));
-    pending_cached_.clear();
-  }
-  timeline_on_ = timeline_now;
+  // The coordinator never saw these: while the timeline records, every rank sends
+  // when it became ready for them (same bits, same order everywhere).
+  if (timeline_now && !released.empty()) report_cached_readiness(released, res.responses, timeline);
 
   if (do_gather) {
     res.cache_only = false;
@@ -163,6 +161,25 @@ Clock::time_point Controller::next_deadline() const {
       best = std::min(best, kv.second.since + std::chrono::duration_cast<Clock::duration>(
                                                   std::chrono::duration<double>(cached_report_s_)));
   return best;
+}
+
+}  // namespace hvdl
+
+namespace hvdl {
+
+void Controller::report_cached_readiness(const std::vector<Request>& released,
+                                         const std::vector<Response>& responses, Timeline* timeline) {
+  auto all = t_.gather(encode_requests(released), 0);
+  if (!timeline) return;  // only rank 0 records
+  const auto agreed = Clock::now();
+  std::vector<std::vector<Request>> by_rank;
+  for (auto& part : all) by_rank.push_back(decode_requests(part));
+  for (size_t i = 0; i < responses.size() && i < released.size(); ++i) {
+    std::vector<Clock::time_point> ready(by_rank.size());
+    for (size_t r = 0; r < by_rank.size(); ++r)
+      if (i < by_rank[r].size()) ready[r] = by_rank[r][i].ready_at;
+    timeline->negotiated(responses[i].name, responses[i].op, ready, agreed);
+  }
 }
 
 }  // namespace hvdl

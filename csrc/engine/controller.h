@@ -18,6 +18,8 @@
 
 namespace hvdl {
 
+class Timeline;
+
 struct RoundResult {
   std::vector<Response> responses;  // execute in this order on every rank
   bool shutdown = false;            // some rank asked to shut down
@@ -29,9 +31,9 @@ class Controller {
  public:
   Controller(Transport& t, size_t cache_capacity, double stall_warn_s, double stall_fail_s);
 
-  // Rank 0 only: `timeline` non-null while it records (every rank then sends its
-  // requests to the coordinator instead of the cache, so the coordinator sees when
-  // each rank became ready); `publish` non-null to hand new tunables to every rank.
+  // Rank 0 only: `timeline` non-null while it records (the vote tells every rank, and
+  // all then report when they became ready, also for tensors the cache answers);
+  // `publish` non-null to hand new tunables to every rank.
   RoundResult round(std::vector<Request> fresh, bool want_shutdown, Timeline* timeline = nullptr,
                     const Tunables* publish = nullptr);
   // After a response ran: cache it (identically on every rank).
@@ -47,6 +49,8 @@ class Controller {
     Clock::time_point since;
   };
   void requeue(uint32_t bit);
+  void report_cached_readiness(const std::vector<Request>& released,
+                               const std::vector<Response>& responses, Timeline* timeline);
 
   Transport& t_;
   ResponseCache cache_;
@@ -55,7 +59,6 @@ class Controller {
   std::vector<Request> unsent_;
   std::vector<uint32_t> invalidate_;
   bool others_joined_ = false;
-  bool timeline_on_ = false;  // agreed in the last round: bypass the cache
   double cached_report_s_;
   size_t words_;
 };

@@ -4,7 +4,6 @@
 #include <numeric>
 #include <stdexcept>
 
-#include "../collectives/ring_allreduce.h"
 #include "../common/env.h"
 #include "../common/logging.h"
 #include "timeline.h"
@@ -24,7 +23,8 @@ static EngineParams read_params() {
   p.stall_warn_s = env_double("STALL_CHECK_TIME_SECONDS", 60);
   if (env_is_set("STALL_CHECK_DISABLE") && env_int("STALL_CHECK_DISABLE", 0)) p.stall_warn_s = 0;
   p.stall_fail_s = env_double("STALL_SHUTDOWN_TIME_SECONDS", 0);
-  p.segment_bytes = ring_segment_bytes();
+  // Read at every init (ring_segment_bytes() keeps the first value for the process).
+  p.segment_bytes = static_cast<size_t>(std::max<long long>(64, env_int("RING_SEGMENT_BYTES", 1 << 20)));
   p.autotune = env_int("AUTOTUNE", 0) != 0;
   return p;
 }

@@ -97,7 +97,7 @@ void Worker::loop() {
       if (!res.cache_only) stats_.full_rounds++;
       if (res.tunables) apply(*res.tunables);  // every rank, before this round's work
       uint64_t bytes = execute(res.responses, tl, Clock::now());
-      if (tuner_) tuner_->record(bytes, Clock::now(), !queue_.has_in_flight());
+      if (tuner_) tuner_->record(res.responses, bytes, Clock::now());
       if (res.shutdown) running_ = false;
     } catch (const std::exception& e) {
       HVDL_LOG(ERROR) << "process set " << id_ << ": background loop failed: " << e.what();

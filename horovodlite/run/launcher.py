@@ -208,8 +208,8 @@ def main(argv=None):
         print("horovodlite-run: " + shlex.join(cmd), file=sys.stderr, flush=True)
     rc = run_job(cmd, env)
     if rc != 0:
-        print(f"horovodlite-run: the job failed with exit code {rc} (the failing rank's "
-              "message is above)", file=sys.stderr, flush=True)
+        print(f"horovodlite-run: the job failed with exit code {rc}; mpirun's report above names "
+              "the first rank that failed, and its output precedes it", file=sys.stderr, flush=True)
     return rc
 
 
