@@ -118,7 +118,7 @@ def measure_fixed(hvd, wl, setting, warmup, steps):
 
 def label(setting):
     f, s, c = setting
-    return f"fusion {f // MiB if f else 0:>3} MiB, segment {s // 1024:>4} KiB, cycle {c:g} ms"
+    return f"fusion {f / MiB:>5g} MiB, segment {s // 1024:>4} KiB, cycle {c:g} ms"
 
 
 def main():
@@ -126,6 +126,7 @@ def main():
     p.add_argument("--passes", type=int, default=3, help="interleaved passes over the hand-picked grid")
     p.add_argument("--steps", type=int, default=8, help="timed steps per setting and pass")
     p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--verify-passes", type=int, default=5, help="interleaved passes of part 3")
     p.add_argument("--max-tune-steps", type=int, default=3000)
     p.add_argument("--log", default="autotune_resnet50.csv", help="the autotuner's CSV log (rank 0)")
     p.add_argument("--quick", action="store_true", help="small grid, for a smoke run")
@@ -141,7 +142,8 @@ def main():
     say = print if rank == 0 else (lambda *a, **k: None)
     say(f"ResNet-50 gradient set: {len(SHAPES)} tensors, {wl.nbytes / 1e6:.1f} MB float32, {size} ranks")
 
-    fusions = [0, 1 * MiB, 4 * MiB, 16 * MiB, 32 * MiB, 64 * MiB, 128 * MiB]
+    # Wider than the autotuner's own candidate list (it never tries 512 KiB, 2 or 8 MiB).
+    fusions = [0, MiB // 2, 1 * MiB, 2 * MiB, 4 * MiB, 8 * MiB, 16 * MiB, 64 * MiB, 128 * MiB]
     segments = [256 * 1024, 1 * MiB, 4 * MiB]
     if args.quick:
         fusions, segments = [0, 4 * MiB, 128 * MiB], [1 * MiB]
@@ -191,13 +193,13 @@ def main():
     # 3. tuned vs the best hand-picked ones, interleaved
     contenders = [final] + [g for _, g in hand if g != final][:3]
     again = {c: [] for c in contenders}
-    for ps in range(max(2, args.passes)):
+    for ps in range(args.verify_passes):
         for c in (contenders if ps % 2 == 0 else contenders[::-1]):
             again[c].append(measure_fixed(hvd, wl, c, args.warmup, args.steps))
     med = {c: statistics.median(v) for c, v in again.items()}
     best = min((c for c in contenders if c != final), key=med.get)
     ratio = med[best] / med[final]
-    say(f"\n3. interleaved re-measurement ({max(2, args.passes)} passes):")
+    say(f"\n3. interleaved re-measurement ({args.verify_passes} passes x {args.steps} steps):")
     for c in contenders:
         tag = "autotuned" if c == final else "hand-picked"
         say(f"   {tag:11s} {label(c)}: {med[c] * 1e3:7.1f} ms  {wl.nbytes / med[c] / 1e9:5.2f} GB/s")

@@ -195,7 +195,8 @@ def render(trace, out_path, title=None, max_tensors=250, window=None):
     pids = trace.tensors[:max_tensors]
     rows = max(1, len(pids))
     t0, t1 = window or trace.extent()
-    gantt_h = max(3.5, 0.17 * rows + 1.2)
+    label_pt = max(6.0, min(9.0, 700 / rows))
+    gantt_h = max(3.5, max(0.17, label_pt * 1.45 / 72) * rows + 1.2)
     fig = plt.figure(figsize=(16, 3.6 + gantt_h))
     gs = fig.add_gridspec(2, 3, height_ratios=[3.6, gantt_h], width_ratios=[1.35, 1, 1],
                           hspace=1.1 / (3.6 + gantt_h) + 0.05, wspace=0.35)
@@ -270,7 +271,7 @@ def render(trace, out_path, title=None, max_tensors=250, window=None):
     ax.set_yticks(range(rows))
     labels = [trace.names.get(p, str(p)) for p in pids][::-1]
     ax.set_yticklabels([lb if len(lb) <= 32 else lb[:15] + "…" + lb[-16:] for lb in labels],
-                       fontsize=max(4.5, min(9, 700 / rows)))
+                       fontsize=label_pt)
     ax.set_xlabel("time since the timeline started (ms)")
     ax.grid(axis="x", alpha=0.3)
     more = f" (first {len(pids)} of {len(trace.tensors)})" if len(trace.tensors) > len(pids) else ""

@@ -8,6 +8,7 @@
 // Knobs the user set in the environment are never touched. New values travel to
 // every rank through the negotiation broadcast (see parameters.h), so all ranks
 // switch at the same round. HOROVODLITE_AUTOTUNE_LOG gets one CSV row per sample.
+// Other process sets keep the values they were created with.
 #pragma once
 #include <cstdio>
 #include <map>

@@ -9,9 +9,8 @@
 namespace hvdl {
 
 namespace {
-enum Flag : uint64_t {  // stored inverted, so the AND of all ranks is a NOR
-  kNothingToSend = 1, kNoShutdown = 2, kNoTimeline = 4,
-};
+// Stored inverted, so the AND of all ranks is a NOR.
+constexpr uint64_t kNothingToSend = 1, kNoShutdown = 2, kNoTimeline = 4;
 }
 
 Controller::Controller(Transport& t, size_t cache_capacity, double stall_warn_s,
@@ -163,9 +162,6 @@ Clock::time_point Controller::next_deadline() const {
   return best;
 }
 
-}  // namespace hvdl
-
-namespace hvdl {
 
 void Controller::report_cached_readiness(const std::vector<Request>& released,
                                          const std::vector<Response>& responses, Timeline* timeline) {
@@ -178,7 +174,7 @@ void Controller::report_cached_readiness(const std::vector<Request>& released,
     std::vector<Clock::time_point> ready(by_rank.size());
     for (size_t r = 0; r < by_rank.size(); ++r)
       if (i < by_rank[r].size()) ready[r] = by_rank[r][i].ready_at;
-    timeline->negotiated(responses[i].name, responses[i].op, ready, agreed);
+    timeline->negotiated(responses[i].name, ready, agreed);
   }
 }
 

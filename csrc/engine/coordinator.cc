@@ -122,7 +122,7 @@ std::vector<Response> Coordinator::take_ready(Timeline* timeline) {
       std::vector<Clock::time_point> ready(size_);
       for (int r = 0; r < size_; ++r)
         if (p.present[r]) ready[r] = p.by_rank[r].ready_at;
-      timeline->negotiated(name, any->op, ready, Clock::now());
+      timeline->negotiated(name, ready, Clock::now());
     }
     table_.erase(name);
   }

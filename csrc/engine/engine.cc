@@ -39,8 +39,13 @@ void Engine::init(long long fortran_comm, const std::vector<int>& ranks) {
   std::vector<int> all(t.size);
   std::iota(all.begin(), all.end(), 0);
   set_ranks_[0] = all;
-  if (t.rank == 0 && env_is_set("TIMELINE"))
-    Timeline::get().start(env_str("TIMELINE"), env_int("TIMELINE_MARK_CYCLES", 0) != 0);
+  if (t.rank == 0 && env_is_set("TIMELINE")) {
+    try {
+      Timeline::get().start(env_str("TIMELINE"), env_int("TIMELINE_MARK_CYCLES", 0) != 0);
+    } catch (const std::exception& e) {
+      HVDL_LOG(ERROR) << e.what() << "; running without a timeline";
+    }
+  }
   workers_[0] = std::make_unique<Worker>(world_->create_group(all), params_, 0);
   next_set_id_ = 1;
   HVDL_LOG(DEBUG) << "initialised: size " << t.size << ", local " << t.local_rank << "/"
@@ -170,9 +175,6 @@ std::map<std::string, uint64_t> Engine::stats(int id) {
           {"tensors", s.tensors}, {"bytes", s.bytes}};
 }
 
-}  // namespace hvdl
-
-namespace hvdl {
 
 Tunables Engine::tunables(int id) {
   std::lock_guard<std::mutex> l(mu_);

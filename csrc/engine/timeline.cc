@@ -67,7 +67,7 @@ void Timeline::start(const std::string& path, bool mark_cycles) {
     first_event_ = true;
     tracks_.clear();
     next_track_ = 1;
-    start_ = Clock::now();
+    start_.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
   }
   mark_cycles_.store(mark_cycles, std::memory_order_relaxed);
   writer_ = std::thread([this] { writer_loop(); });
@@ -94,7 +94,8 @@ void Timeline::stop_locked() {
 }
 
 int64_t Timeline::since_start(Clock::time_point t) const {
-  return std::max<int64_t>(0, std::chrono::duration_cast<std::chrono::nanoseconds>(t - start_).count());
+  const Clock::duration since = t.time_since_epoch() - Clock::duration(start_.load(std::memory_order_relaxed));
+  return std::max<int64_t>(0, std::chrono::duration_cast<std::chrono::nanoseconds>(since).count());
 }
 
 void Timeline::push(Event e) {
@@ -128,8 +129,8 @@ void Timeline::cycle_start(Clock::time_point t) {
   push(std::move(e));
 }
 
-void Timeline::negotiated(const std::string& name, OpType op,
-                          const std::vector<Clock::time_point>& ready, Clock::time_point agreed) {
+void Timeline::negotiated(const std::string& name, const std::vector<Clock::time_point>& ready,
+                          Clock::time_point agreed) {
   std::vector<Event> ev;
   Clock::time_point first = agreed;
   for (auto t : ready)
@@ -140,7 +141,6 @@ void Timeline::negotiated(const std::string& name, OpType op,
   n.tensor = name;
   n.ts_ns = since_start(first);
   n.dur_ns = since_start(agreed) - n.ts_ns;
-  (void)op;
   ev.push_back(std::move(n));
   for (size_t r = 0; r < ready.size(); ++r) {
     if (ready[r] == Clock::time_point{}) continue;

@@ -58,7 +58,7 @@ class Timeline {
   // ---- called by the engine thread of the global process set (rank 0) ----
   void cycle_start(Clock::time_point t);
   // `ready[r]`: when rank r enqueued the tensor (zero time_point: unknown / joined).
-  void negotiated(const std::string& name, OpType op, const std::vector<Clock::time_point>& ready,
+  void negotiated(const std::string& name, const std::vector<Clock::time_point>& ready,
                   Clock::time_point agreed);
   void queued(const std::string& name, Clock::time_point agreed, Clock::time_point started);
   // One executed group: every member gets the op's span and the phases it reported.
@@ -90,7 +90,7 @@ class Timeline {
   std::mutex life_mu_;  // serialises start/stop
   std::thread writer_;
   std::FILE* file_ = nullptr;
-  Clock::time_point start_;
+  std::atomic<Clock::rep> start_{0};  // steady-clock ticks; read by the engine thread
   uint64_t next_group_ = 0;
   // Writer thread only.
   std::unordered_map<std::string, int> tracks_;
