@@ -1,0 +1,295 @@
+"""horovodlite.tensorflow on 2 ranks: collectives on tf tensors (eager and tf.function)
+against numpy references, their gradients, errors, and DistributedGradientTape against
+one process on the concatenated batch. TensorFlow takes seconds to import, so each test
+is one mpirun launch covering many cases."""
+import numpy as np
+import pytest
+
+pytest.importorskip("tensorflow", reason="tensorflow is not installed (pip install tensorflow-cpu)")
+
+import horovodlite  # noqa: E402
+from mpirun import run  # noqa: E402
+
+ENV = {"TF_CPP_MIN_LOG_LEVEL": "2", "TF_ENABLE_ONEDNN_OPTS": "0"}
+N = 2
+HAS_COLLECTIVES = hasattr(horovodlite, "allgather_async") and hasattr(horovodlite, "broadcast_async")
+needs_collectives = pytest.mark.skipif(not HAS_COLLECTIVES,
+                                       reason="the core's allgather/broadcast are not in this build")
+
+FLOATS = ["float32", "float64", "float16", "bfloat16"]
+INTS = ["int32", "int64", "int8", "uint8"]
+
+
+def _input(rank, dtype, shape=(3, 5)):
+    import ml_dtypes
+
+    rng = np.random.default_rng(100 + rank)
+    if dtype in INTS:
+        return rng.integers(1, 5, size=shape).astype(dtype)
+    dt = ml_dtypes.bfloat16 if dtype == "bfloat16" else dtype
+    return rng.standard_normal(shape).astype(np.float32).astype(dt)
+
+
+ALLREDUCE = """
+import tensorflow as tf
+import horovodlite.tensorflow as htf
+
+def _input(rank, dtype, shape=(3, 5)):
+    import ml_dtypes
+    rng = np.random.default_rng(100 + rank)
+    if dtype in {ints!r}:
+        return rng.integers(1, 5, size=shape).astype(dtype)
+    dt = ml_dtypes.bfloat16 if dtype == "bfloat16" else dtype
+    return rng.standard_normal(shape).astype(np.float32).astype(dt)
+
+def allreduce_cases():
+    r = htf.rank()
+    out = {{}}
+    ops = {{"Sum": htf.Sum, "Average": htf.Average, "Min": htf.Min, "Max": htf.Max,
+           "Product": htf.Product}}
+    static_shapes = []
+
+    @tf.function
+    def in_graph(t, names):
+        ys = {{n: htf.allreduce(t, op=ops[n]) for n in names}}
+        static_shapes.extend(tuple(y.shape) for y in ys.values())
+        return ys
+
+    for dtype in {floats!r} + {ints!r}:
+        x = tf.constant(_input(r, dtype))
+        names = [n for n in ops if not (dtype in {ints!r} and n == "Average")]
+        for opname, y in in_graph(x, names).items():
+            out[(dtype, opname, "graph")] = np.asarray(y)
+        for opname in names:
+            out[(dtype, opname, "eager")] = np.asarray(htf.allreduce(x, op=ops[opname]))
+    out["static_shapes"] = static_shapes
+    x = tf.constant(_input(r, "float32"))
+    out["scaled"] = htf.allreduce(x, op=htf.Sum, prescale_factor=0.5, postscale_factor=3.0).numpy()
+    out["average_kw"] = htf.allreduce(x, average=False).numpy()
+    out["fp16"] = htf.allreduce(x, compression=htf.Compression.fp16)
+    out["fp16"] = (out["fp16"].dtype.name, out["fp16"].numpy())
+    out["bf16"] = htf.allreduce(x, compression=htf.Compression.bf16).numpy()
+    out["scalar"] = htf.allreduce(tf.constant(float(r + 1)), op=htf.Sum).numpy()
+    out["empty"] = htf.allreduce(tf.zeros([0, 4]), op=htf.Sum).shape.as_list()
+    out["variable"] = htf.allreduce(tf.Variable(tf.fill([2], float(r))), op=htf.Sum).numpy()
+    g = htf.grouped_allreduce([x, 2 * x, tf.constant([r], tf.int64)], op=htf.Sum)
+    out["grouped"] = [t.numpy() for t in g]
+    out["grouped_graph"] = [t.numpy() for t in tf.function(
+        lambda a, b: htf.grouped_allreduce([a, b], op=htf.Average))(x, 3 * x)]
+
+    # Gradients, with a rank-dependent upstream weight: d/dx_s of sum_r w_r . y_r.
+    w = tf.constant(np.random.default_rng(7 + r).standard_normal((3, 5)).astype(np.float32))
+    def grad_of(op, fn=lambda f: f):
+        def g(x):
+            with tf.GradientTape() as tape:
+                tape.watch(x)
+                y = htf.allreduce(x * x, op=op, prescale_factor=2.0)
+                loss = tf.reduce_sum(w * y)
+            return tape.gradient(loss, x)
+        return fn(g)(x).numpy()
+    for opname in ("Sum", "Average"):
+        out[("grad", opname, "eager")] = grad_of(ops[opname])
+        out[("grad", opname, "graph")] = grad_of(ops[opname], tf.function)
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        a, b = htf.grouped_allreduce([x, x * x], op=htf.Sum)
+        loss = tf.reduce_sum(w * a) + tf.reduce_sum(w * b)
+    out[("grad", "grouped")] = tape.gradient(loss, x).numpy()
+    out["x"], out["w"] = x.numpy(), w.numpy()
+    return out
+"""
+
+
+def _close(a, b, dtype):
+    if dtype in ("float16", "bfloat16"):
+        np.testing.assert_allclose(np.asarray(a, np.float32), np.asarray(b, np.float32),
+                                   rtol=1e-2, atol=1e-2)
+    elif dtype in ("float32", "float64"):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+    else:
+        np.testing.assert_array_equal(a, b)
+
+
+COLLECTIVES_MAIN = """
+def main(hvd):
+    return {"allreduce": allreduce_cases(), "errors": error_cases()}
+"""
+
+
+@pytest.fixture(scope="module")
+def collectives():
+    """One launch for every collective case (TensorFlow's import dominates a launch)."""
+    res = run(N, ALLREDUCE.format(floats=FLOATS, ints=INTS) + ERRORS + COLLECTIVES_MAIN,
+              env=ENV, timeout=300)
+    return {k: [r[k] for r in res] for k in res[0]}
+
+
+def test_allreduce_values_gradients_eager_and_graph(collectives):
+    res = collectives["allreduce"]
+    reduce = {"Sum": lambda xs: xs[0] + xs[1], "Average": lambda xs: (xs[0] + xs[1]) / 2,
+              "Min": np.minimum.reduce, "Max": np.maximum.reduce,
+              "Product": lambda xs: xs[0] * xs[1]}
+    for key, got in res[0].items():
+        if not (isinstance(key, tuple) and len(key) == 3 and key[0] != "grad"):
+            continue
+        dtype, opname, mode = key
+        # Bitwise identical on every rank, eager or graph.
+        assert np.asarray(got).tobytes() == np.asarray(res[1][key]).tobytes(), key
+        assert got.dtype == _input(0, dtype).dtype, key
+        xs = [_input(r, dtype) for r in range(N)]
+        ref = reduce[opname]([x.astype(np.float64) for x in xs]).astype(xs[0].dtype)
+        _close(got, ref, dtype)
+    assert set(res[0]["static_shapes"]) == {(3, 5)}  # shapes survive the numpy_function
+
+    xs = [r_["x"] for r_ in res]
+    ws = [r_["w"] for r_ in res]
+    for r in range(N):
+        out = res[r]
+        np.testing.assert_allclose(out["scaled"], 3.0 * (0.5 * xs[0] + 0.5 * xs[1]), rtol=1e-6)
+        np.testing.assert_allclose(out["average_kw"], xs[0] + xs[1], rtol=1e-6)
+        assert out["fp16"][0] == "float32"
+        np.testing.assert_allclose(out["fp16"][1], (xs[0] + xs[1]) / 2, rtol=2e-3, atol=2e-3)
+        np.testing.assert_allclose(out["bf16"], (xs[0] + xs[1]) / 2, rtol=2e-2, atol=2e-2)
+        assert out["scalar"] == 3.0 and out["empty"] == [0, 4]
+        np.testing.assert_array_equal(out["variable"], [1.0, 1.0])
+        np.testing.assert_allclose(out["grouped"][0], xs[0] + xs[1], rtol=1e-6)
+        np.testing.assert_allclose(out["grouped"][1], 2 * (xs[0] + xs[1]), rtol=1e-6)
+        np.testing.assert_array_equal(out["grouped"][2], [1])
+        np.testing.assert_allclose(out["grouped_graph"][1], 3 * (xs[0] + xs[1]) / 2, rtol=1e-6)
+        # y_r = op(2 x^2): dL/dx_r = 4 x_r * (sum_s w_s) for Sum, (mean_s w_s) for Average.
+        wsum = ws[0] + ws[1]
+        for mode in ("eager", "graph"):
+            np.testing.assert_allclose(out[("grad", "Sum", mode)], 4 * xs[r] * wsum, rtol=1e-5)
+            np.testing.assert_allclose(out[("grad", "Average", mode)], 4 * xs[r] * wsum / 2,
+                                       rtol=1e-5)
+        np.testing.assert_allclose(out[("grad", "grouped")], wsum + 2 * xs[r] * wsum, rtol=1e-5)
+
+
+ERRORS = """
+def error_cases():
+    r = htf.rank()
+    seen = {}
+    def expect(key, fn, exc):
+        try:
+            fn()
+            seen[key] = "no error"
+        except exc as e:
+            seen[key] = (type(e).__name__, str(e)[-400:])
+    expect("shape_eager", lambda: htf.allreduce(tf.ones([2 + r]), name="bad.shape"),
+           htf.HorovodInternalError)
+    expect("dtype_eager", lambda: htf.allreduce(tf.ones([2], [tf.float32, tf.float64][r]),
+                                                name="bad.dtype"), htf.HorovodInternalError)
+    expect("op_eager", lambda: htf.allreduce(tf.ones([2]), op=[htf.Sum, htf.Max][r],
+                                             name="bad.op"), htf.HorovodInternalError)
+    f = tf.function(lambda t: htf.allreduce(t, name="bad.graph"))
+    expect("shape_graph", lambda: f(tf.ones([2 + r])), tf.errors.OpError)
+    expect("bool", lambda: htf.allreduce(tf.constant([True])), TypeError)
+    expect("string", lambda: htf.allreduce(tf.constant(["a"])), TypeError)
+    expect("xla", lambda: tf.function(htf.allreduce, jit_compile=True)(tf.ones([2])),
+           RuntimeError)
+    expect("adasum", lambda: htf.allreduce(tf.ones([2]), op=htf.Adasum), NotImplementedError)
+    expect("predivide", lambda: htf.DistributedGradientTape(
+        tf.GradientTape(), op=htf.Sum, gradient_predivide_factor=2.0), ValueError)
+    # The engine is still usable after all of that.
+    seen["after"] = htf.allreduce(tf.fill([2], float(r)), op=htf.Sum).numpy()
+    return seen
+"""
+
+
+def test_errors_surface_on_every_rank(collectives):
+    res = collectives["errors"]
+    for r in range(N):
+        seen = res[r]
+        for key in ("shape_eager", "dtype_eager", "op_eager", "shape_graph"):
+            assert seen[key] != "no error", (r, key)
+        assert "bad.shape" in seen["shape_eager"][1] and "(2,)" in seen["shape_eager"][1] \
+            and "(3,)" in seen["shape_eager"][1]
+        assert "bad.dtype" in seen["dtype_eager"][1]
+        assert "bad.op" in seen["op_eager"][1]
+        assert "bad.graph" in seen["shape_graph"][1] and "mismatched shape" in seen["shape_graph"][1]
+        assert "bool" in seen["bool"][1] and "string" in seen["string"][1]
+        assert "jit_compile" in seen["xla"][1]
+        for key in ("adasum", "predivide"):
+            assert seen[key] != "no error", (r, key)
+        np.testing.assert_array_equal(seen["after"], [1.0, 1.0])
+
+
+TAPE = """
+import tensorflow as tf
+import horovodlite.tensorflow as htf
+
+N, B, K, LR, VOCAB = 2, 8, 3, 0.1, 11
+
+def data():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((K, N * B, 4)).astype(np.float32)
+    ids = rng.integers(0, VOCAB, size=(K, N * B)).astype(np.int32)
+    y = rng.standard_normal((K, N * B, 1)).astype(np.float32)
+    return x, ids, y
+
+def make_vars():
+    rng = np.random.default_rng(1)
+    return [tf.Variable(rng.standard_normal(s).astype(np.float32) * 0.5, name=n)
+            for n, s in (("w1", (4, 6)), ("b1", (6,)), ("emb", (VOCAB, 6)), ("w2", (6, 1)))] + \\
+           [tf.Variable(tf.ones([3]), name="unused")]
+
+def loss_fn(vs, x, ids, y):
+    w1, b1, emb, w2, _ = vs
+    h = tf.nn.tanh(x @ w1 + b1 + tf.gather(emb, ids))
+    return tf.reduce_mean((h @ w2 - y) ** 2)
+
+def train(shard, distributed, graph, **kw):
+    vs = make_vars()
+    if kw.pop("groups_of_variables", False):
+        kw["groups"] = [[vs[0], vs[1]], [vs[3]]]  # emb reduced on its own
+    x, ids, y = data()
+    def step(x, ids, y):
+        with tf.GradientTape() as tape:
+            loss = loss_fn(vs, x, ids, y)
+        if distributed:
+            tape = htf.DistributedGradientTape(tape, **kw)
+        grads = tape.gradient(loss, vs)
+        assert grads[-1] is None  # no gradient stays None
+        for v, g in zip(vs[:-1], grads[:-1]):
+            v.assign_sub(LR * tf.convert_to_tensor(g))
+        return loss
+    if graph:
+        step = tf.function(step)
+    for k in range(K):
+        step(x[k][shard], ids[k][shard], y[k][shard])
+    return [v.numpy() for v in vs[:-1]]
+
+def main(hvd):
+    r = htf.rank()
+    assert htf.size() == N
+    mine = slice(r * B, (r + 1) * B)
+    out = {"reference": train(slice(None), False, False)}
+    variants = {
+        "eager": (False, dict(sparse_as_dense=True)),
+        "graph": (True, dict(sparse_as_dense=True)),
+        "graph_groups_predivide": (True, dict(sparse_as_dense=True, groups=2,
+                                               gradient_predivide_factor=2.0)),
+        "eager_var_groups": (False, dict(sparse_as_dense=True, groups_of_variables=True)),
+        "graph_fp16": (True, dict(sparse_as_dense=True, compression=htf.Compression.fp16)),
+    }
+    if HAS_COLLECTIVES:
+        variants["graph_sparse_allgather"] = (True, dict())
+        variants["eager_sparse_allgather"] = (False, dict())
+    for name, (graph, kw) in variants.items():
+        out[name] = train(mine, True, graph, **kw)
+    return out
+"""
+
+
+def test_gradient_tape_matches_one_process_on_the_whole_batch():
+    res = run(N, TAPE.replace("HAS_COLLECTIVES", repr(HAS_COLLECTIVES)), env=ENV, timeout=240)
+    ref = res[0]["reference"]
+    variants = [k for k in res[0] if k != "reference"]
+    assert len(variants) >= 5
+    for name in variants:
+        tol = 2e-3 if "fp16" in name else 1e-5
+        for r in range(N):
+            for got, want in zip(res[r][name], ref):
+                np.testing.assert_allclose(got, want, rtol=tol, atol=tol, err_msg=name)
+        for a, b in zip(res[0][name], res[1][name]):  # every rank holds the same weights
+            assert a.tobytes() == b.tobytes(), name
