@@ -110,17 +110,87 @@ def _close(a, b, dtype):
         np.testing.assert_array_equal(a, b)
 
 
+OTHERS = """
+def other_cases():
+    r, n = htf.rank(), htf.size()
+    out = {}
+    rng = np.random.default_rng(50 + r)
+    x = tf.constant(rng.standard_normal((r + 1, 3)).astype(np.float32))  # r+1 rows on rank r
+    w = tf.constant(rng.standard_normal((3, 3)).astype(np.float32))      # the gathered shape
+    out["x"], out["w"] = x.numpy(), w.numpy()
+
+    def with_grad(fn, x, graph):
+        def body(x):
+            with tf.GradientTape() as tape:
+                tape.watch(x)
+                y = fn(x)
+                loss = tf.reduce_sum(tf.reshape(w, [-1])[:tf.size(y)] * tf.reshape(y, [-1]))
+            return y, tape.gradient(loss, x)
+        y, g = (tf.function(body) if graph else body)(x)
+        return y.numpy(), g.numpy()
+
+    for mode in ("eager", "graph"):
+        g = mode == "graph"
+        out[("allgather", mode)] = with_grad(lambda t: htf.allgather(t), x, g)
+        out[("broadcast", mode)] = with_grad(lambda t: htf.broadcast(t, 1), tf.tile(x[:1], [3, 1]), g)
+        out[("reducescatter", mode)] = with_grad(
+            lambda t: htf.reducescatter(t, op=htf.Sum), tf.tile(x[:1], [3, 1]) * (r + 1), g)
+        out[("reducescatter_avg", mode)] = with_grad(
+            lambda t: htf.reducescatter(t), tf.tile(x[:1], [3, 1]) * (r + 1), g)
+        splits = tf.constant([1, 2] if r == 0 else [2, 1], tf.int32)
+        def a2a(t):
+            y, received = htf.alltoall(t, splits=splits)
+            out[("alltoall_received", mode)] = received
+            return y
+        out[("alltoall", mode)] = with_grad(a2a, tf.tile(x[:1], [3, 1]) + tf.range(3.0)[:, None], g)
+        out[("alltoall_received", mode)] = np.asarray(out[("alltoall_received", mode)]) \
+            if mode == "eager" else None
+    out["allgather_int"] = htf.allgather(tf.fill([r + 1], r)).numpy()
+    out["allgather_bool"] = htf.allgather(tf.constant([r == 0, True])).numpy()
+    out["allgather_uint32"] = htf.allgather(tf.constant([7 + r], tf.uint32)).numpy()
+    out["grouped_allgather"] = [t.numpy() for t in htf.grouped_allgather([x, 2 * x])]
+    out["grouped_reducescatter"] = [t.numpy() for t in htf.grouped_reducescatter(
+        [tf.ones([4, 2]) * (r + 1), tf.ones([3]) * (r + 1)], op=htf.Sum)]
+    out["allgather_shape_in_graph"] = tuple(tf.function(
+        lambda t: htf.allgather(t)).get_concrete_function(tf.TensorSpec([2, 3])).structured_outputs.shape.as_list())
+
+    # tf.IndexedSlices: gathered, averaged by dividing the values.
+    sl = tf.IndexedSlices(tf.fill([1, 2], float(r + 1)), tf.constant([r]), tf.constant([4, 2]))
+    red = htf.allreduce(sl)
+    out["sparse"] = (type(red).__name__, red.values.numpy(), red.indices.numpy())
+
+    # Variables: ranks start apart, end with rank 0's values (ints and odd dtypes too).
+    vs = [tf.Variable(tf.fill([2, 2], float(r))), tf.Variable(r, dtype=tf.int64),
+          tf.Variable([r, r], dtype=tf.uint32)]
+    htf.broadcast_variables(vs, root_rank=0)
+    out["broadcast_variables"] = [v.numpy() for v in vs]
+    v2 = [tf.Variable(float(r) + 1.0)]
+    @tf.function
+    def assign_in_graph():
+        htf.broadcast_variables(v2, root_rank=1)
+    assign_in_graph()
+    out["broadcast_variables_graph"] = v2[0].numpy()
+    out["broadcast_object"] = htf.broadcast_object({"from": r, "list": [r] * 3}, root_rank=1)
+    out["allgather_object"] = htf.allgather_object(("rank", r))
+    htf.barrier()
+    return out
+"""
+
 COLLECTIVES_MAIN = """
 def main(hvd):
-    return {"allreduce": allreduce_cases(), "errors": error_cases()}
+    out = {"allreduce": allreduce_cases(), "errors": error_cases()}
+    if HAS_COLLECTIVES:
+        out["others"] = other_cases()
+    return out
 """
 
 
 @pytest.fixture(scope="module")
 def collectives():
     """One launch for every collective case (TensorFlow's import dominates a launch)."""
-    res = run(N, ALLREDUCE.format(floats=FLOATS, ints=INTS) + ERRORS + COLLECTIVES_MAIN,
-              env=ENV, timeout=300)
+    code = (ALLREDUCE.format(floats=FLOATS, ints=INTS) + ERRORS + OTHERS
+            + COLLECTIVES_MAIN.replace("HAS_COLLECTIVES", repr(HAS_COLLECTIVES)))
+    res = run(N, code, env=ENV, timeout=300)
     return {k: [r[k] for r in res] for k in res[0]}
 
 
@@ -293,3 +363,61 @@ def test_gradient_tape_matches_one_process_on_the_whole_batch():
                 np.testing.assert_allclose(got, want, rtol=tol, atol=tol, err_msg=name)
         for a, b in zip(res[0][name], res[1][name]):  # every rank holds the same weights
             assert a.tobytes() == b.tobytes(), name
+
+
+@needs_collectives
+def test_allgather_broadcast_reducescatter_alltoall_and_gradients(collectives):
+    res = collectives["others"]
+    xs = [res[r]["x"] for r in range(N)]
+    ws = [res[r]["w"] for r in range(N)]
+    gathered = np.concatenate(xs)
+    wsum = ws[0] + ws[1]
+    for r in range(N):
+        out = res[r]
+        for mode in ("eager", "graph"):
+            # allgather: d/dx_r of sum_s <w_s, allgather(x)> is rows r of sum_s w_s.
+            y, g = out[("allgather", mode)]
+            np.testing.assert_array_equal(y, gathered)
+            np.testing.assert_allclose(g, wsum[r:2 * r + 1] if r else wsum[:1], rtol=1e-6)
+            # broadcast from rank 1: the root gets the sum of upstream grads, others zeros.
+            y, g = out[("broadcast", mode)]
+            np.testing.assert_array_equal(y, np.tile(xs[1][:1], (3, 1)))
+            np.testing.assert_allclose(g, wsum if r == 1 else 0 * wsum, rtol=1e-6)
+            # reducescatter of 3 rows: rank 0 keeps rows 0-1, rank 1 row 2.
+            rows = slice(0, 2) if r == 0 else slice(2, 3)
+            total = sum(np.tile(xs[s][:1], (3, 1)) * (s + 1) for s in range(N))
+            y, g = out[("reducescatter", mode)]
+            np.testing.assert_allclose(y, total[rows], rtol=1e-6)
+            gathered_w = np.concatenate([ws[0][:2], ws[1][:1]])
+            np.testing.assert_allclose(g, gathered_w, rtol=1e-6)
+            y, g = out[("reducescatter_avg", mode)]
+            np.testing.assert_allclose(y, total[rows] / 2, rtol=1e-6)
+            np.testing.assert_allclose(g, gathered_w / 2, rtol=1e-6)
+            # alltoall: rank 0 sends [1, 2] rows, rank 1 sends [2, 1].
+            send = [np.tile(xs[s][:1], (3, 1)) + np.arange(3.0)[:, None] for s in range(N)]
+            mine = (np.concatenate([send[0][:1], send[1][:2]]) if r == 0
+                    else np.concatenate([send[0][1:], send[1][2:]]))
+            y, g = out[("alltoall", mode)]
+            np.testing.assert_allclose(y, mine, rtol=1e-6)
+            # grad goes back: rows I sent to rank j come back with rank j's weights.
+            back = (np.concatenate([ws[0][:1], ws[1][:2]]) if r == 0
+                    else np.concatenate([ws[0][1:3], ws[1][2:3]]))
+            np.testing.assert_allclose(g, back, rtol=1e-6)
+        np.testing.assert_array_equal(out[("alltoall_received", "eager")], [1, 2] if r == 0 else [2, 1])
+        np.testing.assert_array_equal(out["allgather_int"], [0, 1, 1])
+        np.testing.assert_array_equal(out["allgather_bool"], [True, True, False, True])
+        np.testing.assert_array_equal(out["allgather_uint32"], [7, 8])
+        np.testing.assert_array_equal(out["grouped_allgather"][1], 2 * gathered)
+        np.testing.assert_array_equal(out["grouped_reducescatter"][0], np.full((2, 2), 3.0))
+        np.testing.assert_array_equal(out["grouped_reducescatter"][1], np.full(2 - r, 3.0))
+        assert out["allgather_shape_in_graph"] == (None, 3)
+        kind, values, indices = out["sparse"]
+        assert kind == "IndexedSlices"
+        np.testing.assert_allclose(values, [[0.5, 0.5], [1.0, 1.0]])
+        np.testing.assert_array_equal(indices, [0, 1])
+        bv = out["broadcast_variables"]
+        np.testing.assert_array_equal(bv[0], np.zeros((2, 2)))
+        assert bv[1] == 0 and list(bv[2]) == [0, 0]
+        assert out["broadcast_variables_graph"] == 2.0
+        assert out["broadcast_object"] == {"from": 1, "list": [1, 1, 1]}
+        assert out["allgather_object"] == [("rank", 0), ("rank", 1)]
