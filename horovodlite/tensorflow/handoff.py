@@ -111,6 +111,17 @@ def run(fn, inputs, out_dtypes, out_shapes):
     return list(outs)
 
 
+def tape_may_record():
+    """False when no GradientTape could record an eager op (TF's own check; private API,
+    so anything unexpected answers True and keeps gradients working)."""
+    try:
+        from tensorflow.python.eager import record
+
+        return bool(record.could_possibly_record())
+    except Exception:  # noqa: BLE001
+        return True
+
+
 def _check_not_xla():
     from tensorflow.python.ops import control_flow_util
 

@@ -70,6 +70,11 @@ def _set_rank(process_set):
     return process_set.rank() if process_set is not None else _np_api.rank()
 
 
+def _is_rank(root_rank, process_set):
+    """root_rank is a global rank (as in the numpy API)."""
+    return _np_api.rank() == int(root_rank)
+
+
 def _dense(t, like):
     if t is None:
         return tf.zeros_like(like)
@@ -91,6 +96,21 @@ def _to_wire(t, what):
 
 def _from_wire(t, dtype):
     return t if dtype is None else tf.bitcast(t, dtype)
+
+
+def _differentiable(forward, backward, *xs):
+    """forward(*xs) -> output(s); backward(xs, ys, *dys) -> gradient(s) for xs.
+    tf.custom_gradient costs tens of microseconds per eager call (it inspects signatures
+    and wraps outputs), so eager calls skip it when no tape can record them."""
+    if tf.executing_eagerly() and not handoff.tape_may_record():
+        return forward(*xs)
+
+    @tf.custom_gradient
+    def op(*xs):
+        ys = forward(*xs)
+        return ys, lambda *dys: backward(xs, ys, *dys)
+
+    return op(*xs)
 
 
 # ----------------------------------------------------------------------------- allreduce
@@ -115,24 +135,21 @@ def _allreduce_dense(tensors, names, groups, op, prescale, postscale, process_se
     for t, n in zip(tensors, names):
         handoff.numpy_dtype(t.dtype, reducible=True, what=f"allreduce of '{n}'")
 
-    @tf.custom_gradient
     def forward(*xs):
-        ys = handoff.run(
+        return handoff.run(
             lambda *a: _np_allreduce(a, names, groups, op, prescale, postscale, process_set),
             xs, [x.dtype for x in xs], [x.shape for x in xs])
 
-        def grad(*dys):
-            if op not in (Average, Sum):
-                raise NotImplementedError(f"horovodlite: allreduce with op={op} has no gradient "
-                                          "(only Sum and Average are linear)")
-            return _allreduce_dense([_dense(d, x) for d, x in zip(dys, xs)],
-                                    [n + ".grad" for n in names],
-                                    [g + ".grad" if g else "" for g in groups],
-                                    op, prescale, postscale, process_set)
+    def backward(xs, ys, *dys):
+        if op not in (Average, Sum):
+            raise NotImplementedError(f"horovodlite: allreduce with op={op} has no gradient "
+                                      "(only Sum and Average are linear)")
+        return _allreduce_dense([_dense(d, x) for d, x in zip(dys, xs)],
+                                [n + ".grad" for n in names],
+                                [g + ".grad" if g else "" for g in groups],
+                                op, prescale, postscale, process_set)
 
-        return ys, grad
-
-    out = forward(*tensors)
+    out = _differentiable(forward, backward, *tensors)
     return list(out) if isinstance(out, (list, tuple)) else [out]
 
 
@@ -218,21 +235,15 @@ def allgather(tensor, name=None, ignore_name_scope=False, process_set=global_pro
     if not x.dtype.is_floating:
         return _allgather_nograd([x], [name], process_set)[0]
 
-    @tf.custom_gradient
-    def forward(x):
-        y = _allgather_nograd([x], [name], process_set)[0]
+    def backward(xs, y, dy):
+        rows = _allgather_nograd([tf.shape(xs[0], out_type=tf.int64)[:1]], [name + ".grad.rows"],
+                                 process_set)[0]
+        total = _allreduce_dense([_dense(dy, y)], [name + ".grad"], [""], Sum, 1.0, 1.0,
+                                 process_set)[0]
+        start = tf.reduce_sum(rows[:_set_rank(process_set)])
+        return total[start:start + rows[_set_rank(process_set)]]
 
-        def grad(dy):
-            rows = _allgather_nograd([tf.shape(x, out_type=tf.int64)[:1]], [name + ".grad.rows"],
-                                     process_set)[0]
-            total = _allreduce_dense([_dense(dy, y)], [name + ".grad"], [""], Sum, 1.0, 1.0,
-                                     process_set)[0]
-            start = tf.reduce_sum(rows[:_set_rank(process_set)])
-            return total[start:start + rows[_set_rank(process_set)]]
-
-        return y, grad
-
-    return forward(x)
+    return _differentiable(lambda x: _allgather_nograd([x], [name], process_set)[0], backward, x)
 
 
 def grouped_allgather(tensors, name=None, process_set=global_process_set):
@@ -260,18 +271,13 @@ def broadcast(tensor, root_rank, name=None, ignore_name_scope=False, process_set
     if not x.dtype.is_floating:
         return _broadcast_nograd([x], [name], root_rank, process_set)[0]
 
-    @tf.custom_gradient
-    def forward(x):
-        y = _broadcast_nograd([x], [name], root_rank, process_set)[0]
+    def backward(xs, y, dy):
+        total = _allreduce_dense([_dense(dy, y)], [name + ".grad"], [""], Sum, 1.0, 1.0,
+                                 process_set)[0]
+        return total if _is_rank(root_rank, process_set) else tf.zeros_like(total)
 
-        def grad(dy):
-            total = _allreduce_dense([_dense(dy, y)], [name + ".grad"], [""], Sum, 1.0, 1.0,
-                                     process_set)[0]
-            return total if _set_rank(process_set) == root_rank else tf.zeros_like(total)
-
-        return y, grad
-
-    return forward(x)
+    return _differentiable(lambda x: _broadcast_nograd([x], [name], root_rank, process_set)[0],
+                           backward, x)
 
 
 def broadcast_(variables, root_rank, name=None, process_set=global_process_set):
@@ -330,21 +336,17 @@ def reducescatter(tensor, device_dense="", compression=Compression.none, op=Aver
     name = handoff.op_name("reducescatter", name)
     x, ctx = compression.compress(tf.convert_to_tensor(tensor))
 
-    @tf.custom_gradient
-    def forward(x):
-        y = _reducescatter_nograd([x], [name], op, prescale_factor, postscale_factor,
-                                  process_set)[0]
+    def backward(xs, y, dy):
+        if op not in (Average, Sum):
+            raise NotImplementedError(f"horovodlite: reducescatter with op={op} has no gradient")
+        g = _allgather_nograd([_dense(dy, y)], [name + ".grad"], process_set)[0]
+        scale = prescale_factor * postscale_factor / (_set_size(process_set) if op == Average else 1)
+        return g * tf.cast(scale, g.dtype) if scale != 1.0 else g
 
-        def grad(dy):
-            if op not in (Average, Sum):
-                raise NotImplementedError(f"horovodlite: reducescatter with op={op} has no gradient")
-            g = _allgather_nograd([_dense(dy, y)], [name + ".grad"], process_set)[0]
-            scale = prescale_factor * postscale_factor / (_set_size(process_set) if op == Average else 1)
-            return g * tf.cast(scale, g.dtype) if scale != 1.0 else g
-
-        return y, grad
-
-    return compression.decompress(forward(x), ctx)
+    y = _differentiable(lambda x: _reducescatter_nograd([x], [name], op, prescale_factor,
+                                                        postscale_factor, process_set)[0],
+                        backward, x)
+    return compression.decompress(y, ctx)
 
 
 def grouped_reducescatter(tensors, device_dense="", compression=Compression.none, op=Average,
@@ -391,16 +393,11 @@ def alltoall(tensor, splits=None, name=None, ignore_name_scope=False, process_se
     if not x.dtype.is_floating:
         return _alltoall_nograd(x, splits, name, process_set)
 
-    @tf.custom_gradient
-    def forward(x):
-        y, received = _alltoall_nograd(x, splits, name, process_set)
+    def backward(xs, ys, dy, _received_grad=None):
+        y, received = ys
+        return _alltoall_nograd(_dense(dy, y), received, name + ".grad", process_set)[0]
 
-        def grad(dy, _unused=None):
-            return _alltoall_nograd(_dense(dy, y), received, name + ".grad", process_set)[0]
-
-        return (y, received), grad
-
-    return forward(x)
+    return _differentiable(lambda x: _alltoall_nograd(x, splits, name, process_set), backward, x)
 
 
 # ----------------------------------------------------------------------------- the rest
