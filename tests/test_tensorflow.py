@@ -173,6 +173,7 @@ def other_cases():
     out["broadcast_object"] = htf.broadcast_object({"from": r, "list": [r] * 3}, root_rank=1)
     out["allgather_object"] = htf.allgather_object(("rank", r))
     htf.barrier()
+    out["join"] = int(htf.join())
     return out
 """
 
@@ -421,3 +422,4 @@ def test_allgather_broadcast_reducescatter_alltoall_and_gradients(collectives):
         assert out["broadcast_variables_graph"] == 2.0
         assert out["broadcast_object"] == {"from": 1, "list": [1, 1, 1]}
         assert out["allgather_object"] == [("rank", 0), ("rank", 1)]
+        assert out["join"] in (0, 1) and out["join"] == res[0]["join"]

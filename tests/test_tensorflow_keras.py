@@ -63,6 +63,10 @@ def main(hvd):
     ref, _ = fit(keras.optimizers.SGD(LR), x, y, N * B)
     dist_opt = hk.DistributedOptimizer(keras.optimizers.SGD(LR))
     out["opt_class"] = (type(dist_opt).__name__, isinstance(dist_opt, keras.optimizers.SGD))
+    import horovodlite.keras, horovodlite.keras.callbacks, horovodlite.tensorflow
+    out["aliases"] = (horovodlite.keras.callbacks.MetricAverageCallback is hk.callbacks.MetricAverageCallback,
+                      isinstance(horovodlite.tensorflow.DistributedOptimizer(keras.optimizers.Adam()),
+                                 keras.optimizers.Adam))
     model, _ = fit(dist_opt, my_shard(x, B), my_shard(y, B), B)
     out["fit"] = (ref.get_weights(), model.get_weights())
 
@@ -124,6 +128,7 @@ def _same_everywhere(per_rank):
 
 def test_fit_with_distributed_optimizer_matches_one_process(keras_run):
     assert keras_run["opt_class"][0] == ("SGD", True)
+    assert keras_run["aliases"][0] == (True, True)
     for r in range(N):
         ref, got = keras_run["fit"][r]
         for a, b in zip(got, ref):

@@ -4,6 +4,11 @@ import keras as _keras
 import numpy as _np
 import tensorflow as _tf
 
+if _keras.backend.backend() != "tensorflow":
+    raise ImportError(f"horovodlite.tensorflow.keras needs Keras on the TensorFlow backend, "
+                      f"got KERAS_BACKEND={_keras.backend.backend()!r}; for JAX use "
+                      "horovodlite.jax")
+
 from ...basics import (Adasum, Average, HorovodInternalError, Max, Min, Product, Sum,  # noqa: F401
                        cross_rank, cross_size, cuda_built, init, is_homogeneous, is_initialized,
                        local_rank, local_size, mpi_built, mpi_enabled, mpi_threads_supported,
