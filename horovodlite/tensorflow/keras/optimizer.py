@@ -64,7 +64,7 @@ def _distributed_class(base):
         def only_count():
             # Like Horovod: `iterations` counts backward passes, so schedules keyed on it
             # advance the same with or without aggregation.
-            self._iterations.assign_add(1)
+            self.iterations.assign_add(1)
 
         if not tf.executing_eagerly():
             tf.cond(tf.equal(count % n, 0), communicate_and_apply, only_count)
