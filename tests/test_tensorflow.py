@@ -7,14 +7,10 @@ import pytest
 
 pytest.importorskip("tensorflow", reason="tensorflow is not installed (pip install tensorflow-cpu)")
 
-import horovodlite  # noqa: E402
 from mpirun import run  # noqa: E402
 
 ENV = {"TF_CPP_MIN_LOG_LEVEL": "2", "TF_ENABLE_ONEDNN_OPTS": "0"}
 N = 2
-HAS_COLLECTIVES = hasattr(horovodlite, "allgather_async") and hasattr(horovodlite, "broadcast_async")
-needs_collectives = pytest.mark.skipif(not HAS_COLLECTIVES,
-                                       reason="the core's allgather/broadcast are not in this build")
 
 FLOATS = ["float32", "float64", "float16", "bfloat16"]
 INTS = ["int32", "int64", "int8", "uint8"]
@@ -179,10 +175,7 @@ def other_cases():
 
 COLLECTIVES_MAIN = """
 def main(hvd):
-    out = {"allreduce": allreduce_cases(), "errors": error_cases()}
-    if HAS_COLLECTIVES:
-        out["others"] = other_cases()
-    return out
+    return {"allreduce": allreduce_cases(), "errors": error_cases(), "others": other_cases()}
 """
 
 
@@ -190,7 +183,7 @@ def main(hvd):
 def collectives():
     """One launch for every collective case (TensorFlow's import dominates a launch)."""
     code = (ALLREDUCE.format(floats=FLOATS, ints=INTS) + ERRORS + OTHERS
-            + COLLECTIVES_MAIN.replace("HAS_COLLECTIVES", repr(HAS_COLLECTIVES)))
+            + COLLECTIVES_MAIN)
     res = run(N, code, env=ENV, timeout=300)
     return {k: [r[k] for r in res] for k in res[0]}
 
@@ -343,9 +336,8 @@ def main(hvd):
         "eager_var_groups": (False, dict(sparse_as_dense=True, groups_of_variables=True)),
         "graph_fp16": (True, dict(sparse_as_dense=True, compression=htf.Compression.fp16)),
     }
-    if HAS_COLLECTIVES:
-        variants["graph_sparse_allgather"] = (True, dict())
-        variants["eager_sparse_allgather"] = (False, dict())
+    variants["graph_sparse_allgather"] = (True, dict())
+    variants["eager_sparse_allgather"] = (False, dict())
     for name, (graph, kw) in variants.items():
         out[name] = train(mine, True, graph, **kw)
     return out
@@ -353,10 +345,10 @@ def main(hvd):
 
 
 def test_gradient_tape_matches_one_process_on_the_whole_batch():
-    res = run(N, TAPE.replace("HAS_COLLECTIVES", repr(HAS_COLLECTIVES)), env=ENV, timeout=240)
+    res = run(N, TAPE, env=ENV, timeout=240)
     ref = res[0]["reference"]
     variants = [k for k in res[0] if k != "reference"]
-    assert len(variants) >= 5
+    assert len(variants) == 7
     for name in variants:
         tol = 2e-3 if "fp16" in name else 1e-5
         for r in range(N):
@@ -366,7 +358,6 @@ def test_gradient_tape_matches_one_process_on_the_whole_batch():
             assert a.tobytes() == b.tobytes(), name
 
 
-@needs_collectives
 def test_allgather_broadcast_reducescatter_alltoall_and_gradients(collectives):
     res = collectives["others"]
     xs = [res[r]["x"] for r in range(N)]

@@ -7,15 +7,12 @@ import pytest
 pytest.importorskip("tensorflow", reason="tensorflow is not installed (pip install tensorflow-cpu)")
 pytest.importorskip("sklearn", reason="scikit-learn is not installed")
 
-import horovodlite  # noqa: E402
 from mpirun import launch  # noqa: E402
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 ENV = {"TF_CPP_MIN_LOG_LEVEL": "2", "TF_ENABLE_ONEDNN_OPTS": "0"}
 
 
-@pytest.mark.skipif(not hasattr(horovodlite, "broadcast_async"),
-                    reason="the core's broadcast is not in this build")
 @pytest.mark.parametrize("script", ["tensorflow2_keras_digits.py", "tensorflow2_digits_tape.py"])
 def test_example_reaches_95_percent(script):
     proc = launch(2, EXAMPLES / script, timeout=420, env=ENV)

@@ -7,12 +7,10 @@ import pytest
 pytest.importorskip("tensorflow", reason="tensorflow is not installed (pip install tensorflow-cpu)")
 pytest.importorskip("keras", reason="keras is not installed")
 
-import horovodlite  # noqa: E402
 from mpirun import run  # noqa: E402
 
 ENV = {"TF_CPP_MIN_LOG_LEVEL": "2", "TF_ENABLE_ONEDNN_OPTS": "0"}
 N = 2
-HAS_BROADCAST = hasattr(horovodlite, "broadcast_async")
 
 JOB = """
 import os, tempfile
@@ -96,28 +94,27 @@ def main(hvd):
         epochs=3)
     out["schedule"] = rec.lrs
 
-    if HAS_BROADCAST:
-        # Different initial weights per rank; lr 0 so only the broadcast changes them.
-        model = make_model(seed=10 + hk.rank())
-        initial = model.get_weights()
-        model.compile(hk.DistributedOptimizer(keras.optimizers.SGD(0.0, momentum=0.5)), "mse")
-        model.fit(x[:8], y[:8], batch_size=4, verbose=0,
-                  callbacks=[hk.callbacks.BroadcastGlobalVariablesCallback(0)])
-        out["broadcast"] = (initial, model.get_weights(),
-                            [np.asarray(v) for v in model.optimizer.variables])
-        path = os.path.join(tempfile.mkdtemp(), "m.keras")
-        model.save(path)
-        loaded = hk.load_model(path)
-        out["load_model"] = (type(loaded.optimizer).__name__,
-                             hasattr(loaded.optimizer, "_hvdl_settings"),
-                             int(loaded.optimizer.iterations))
+    # Different initial weights per rank; lr 0 so only the broadcast changes them.
+    model = make_model(seed=10 + hk.rank())
+    initial = model.get_weights()
+    model.compile(hk.DistributedOptimizer(keras.optimizers.SGD(0.0, momentum=0.5)), "mse")
+    model.fit(x[:8], y[:8], batch_size=4, verbose=0,
+              callbacks=[hk.callbacks.BroadcastGlobalVariablesCallback(0)])
+    out["broadcast"] = (initial, model.get_weights(),
+                        [np.asarray(v) for v in model.optimizer.variables])
+    path = os.path.join(tempfile.mkdtemp(), "m.keras")
+    model.save(path)
+    loaded = hk.load_model(path)
+    out["load_model"] = (type(loaded.optimizer).__name__,
+                         hasattr(loaded.optimizer, "_hvdl_settings"),
+                         int(loaded.optimizer.iterations))
     return out
 """
 
 
 @pytest.fixture(scope="module")
 def keras_run():
-    res = run(N, JOB.replace("HAS_BROADCAST", repr(HAS_BROADCAST)), env=ENV, timeout=300)
+    res = run(N, JOB, env=ENV, timeout=300)
     return {k: [r[k] for r in res] for k in res[0]}
 
 
@@ -171,7 +168,6 @@ def test_learning_rate_warmup_and_schedule(keras_run):
         np.testing.assert_allclose(keras_run["schedule"][r], sched, rtol=1e-6)
 
 
-@pytest.mark.skipif(not HAS_BROADCAST, reason="the core's broadcast is not in this build")
 def test_broadcast_callback_and_load_model(keras_run):
     root_initial = keras_run["broadcast"][0][0]
     for r in range(N):

@@ -15,8 +15,9 @@ import numpy as np
 import tensorflow as tf
 
 import horovodlite as _np_api
+from .. import objects as _np_objects
 from .. import ops as _np_ops
-from ..basics import Adasum, Average, Max, Min, Product, Sum, _topology  # noqa: F401
+from ..basics import Average, Sum, _topology
 from ..process_sets import global_process_set
 from . import handoff
 from .compression import Compression
@@ -25,13 +26,6 @@ _BITWISE_CARRIERS = {1: tf.uint8, 2: tf.float16, 4: tf.int32, 8: tf.int64}
 
 
 # ----------------------------------------------------------------------------- helpers
-
-def _np_function(name):
-    fn = getattr(_np_api, name, None)
-    if fn is None:
-        raise NotImplementedError(f"horovodlite.{name} is not available in this build of the core")
-    return fn
-
 
 def _wait_all(handles):
     """Waits for every handle (buffers stay alive until then), then raises the first error."""
@@ -209,7 +203,7 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="",
 # ----------------------------------------------------------------------------- allgather
 
 def _np_gather(kind, arrays, names, process_set, **kw):
-    fn = _np_function(kind + "_async")
+    fn = getattr(_np_ops, kind + "_async")
     return _submit_all(lambda a, n: fn(np.asarray(a), name=n, process_set=process_set, **kw),
                        zip(arrays, names))
 
@@ -366,7 +360,7 @@ def grouped_reducescatter(tensors, device_dense="", compression=Compression.none
 
 def _alltoall_nograd(x, splits, name, process_set):
     wire, dtype = _to_wire(x, f"alltoall of '{name}'")
-    fn = _np_function("alltoall_async")
+    fn = _np_ops.alltoall_async
 
     def run_np(a, s=None):
         h = fn(np.asarray(a), splits=None if s is None else [int(v) for v in s], name=name,
@@ -404,22 +398,22 @@ def alltoall(tensor, splits=None, name=None, ignore_name_scope=False, process_se
 
 def join(process_set=global_process_set):
     """This rank has no more data; returns the last rank to join (a scalar tensor)."""
-    return tf.constant(_np_function("join")(), tf.int32)
+    return tf.constant(_np_ops.join(), tf.int32)
 
 
 def barrier(process_set=global_process_set):
-    _np_function("barrier")(process_set=process_set)
+    _np_ops.barrier(process_set=process_set)
 
 
 def broadcast_object(obj, root_rank=0, session=None, name=None, process_set=global_process_set):
     """The root rank's picklable object on every rank."""
-    return _np_function("broadcast_object")(obj, root_rank=root_rank, name=name,
-                                             process_set=process_set)
+    return _np_objects.broadcast_object(obj, root_rank=root_rank, name=name,
+                                        process_set=process_set)
 
 
 def allgather_object(obj, session=None, name=None, process_set=global_process_set):
     """A list with every rank's picklable object, by rank."""
-    return _np_function("allgather_object")(obj, name=name, process_set=process_set)
+    return _np_objects.allgather_object(obj, name=name, process_set=process_set)
 
 
 def size_op(process_set_id=0, name=None):
