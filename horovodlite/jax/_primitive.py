@@ -1,0 +1,248 @@
+"""One JAX primitive for every horovodlite collective.
+
+Inside `jax.jit` it lowers to an XLA custom call whose handler lives in our C++ core
+(csrc/python/jax_ffi.cc, registered through `jax.ffi`): XLA passes its own buffers and
+the core reduces them in place of the call, with no Python and no copy in between.
+Outside jit (concrete arrays) the same primitive runs through the numpy API, which
+is cheaper than compiling a program per collective name.
+
+Differentiation: every collective here is linear in its inputs, so the JVP applies the
+same collective to the tangents and the transpose applies the adjoint collective
+(sum-allreduce -> sum-allreduce, allgather <-> reducescatter, broadcast -> sum to the
+root, alltoall -> alltoall). Batching (vmap): allreduce and broadcast act elementwise,
+so the batch axis passes through; the dim-0 collectives move it to axis 1.
+"""
+import numpy as np
+
+import jax
+import jax.numpy as jnp
+from jax.extend.core import Primitive
+from jax.interpreters import ad, batching, mlir
+
+from .. import dtypes
+from .. import ops as _np_ops
+from ..basics import Average, Sum, _topology
+from ..handles import synchronize
+from .._loader import _core
+
+ALLREDUCE, ALLGATHER, BROADCAST, ALLTOALL, REDUCESCATTER = (
+    _np_ops.ALLREDUCE, _np_ops.ALLGATHER, _np_ops.BROADCAST, _np_ops.ALLTOALL,
+    _np_ops.REDUCESCATTER)
+_KIND_NAMES = {ALLREDUCE: "allreduce", ALLGATHER: "allgather", BROADCAST: "broadcast",
+               ALLTOALL: "alltoall", REDUCESCATTER: "reducescatter"}
+FFI_TARGET = "horovodlite_collective"
+
+try:  # the effect jax gives side-effecting FFI calls: keeps jax from dropping unused ones
+    from jax._src.ffi import _FfiEffect as _EFFECT
+
+    _EFFECTS = frozenset({_EFFECT})
+except Exception:  # noqa: BLE001 - an older/newer jax without it: XLA still keeps the call
+    _EFFECTS = frozenset()
+
+jax.ffi.register_ffi_target(FFI_TARGET, _core.jax_ffi_handler(), platform="cpu", api_version=1)
+
+collective_p = Primitive("horovodlite_collective")
+collective_p.multiple_results = True
+
+
+def set_size_rank(process_set_id):
+    """(size, rank) of a process set, known at trace time."""
+    _topology()
+    ranks = _core.process_set_ranks(process_set_id)
+    return len(ranks), _core.process_set_rank(process_set_id)
+
+
+def reducescatter_rows(dim0, size, rank):
+    """Rows rank `rank` keeps: the first dim0 % size ranks get one extra."""
+    return dim0 // size + (1 if rank < dim0 % size else 0)
+
+
+def bind(arrays, kind, name, *, reduce_op=Sum, prescale=1.0, postscale=1.0, root=-1,
+         process_set=0, splits=(), out_dim0s=None, grouped=None):
+    """Runs one collective over `arrays` (one group when there are several)."""
+    arrays = list(arrays)
+    if out_dim0s is None:
+        out_dim0s = (None,) * len(arrays)
+    if grouped is None:
+        grouped = len(arrays) > 1
+    return collective_p.bind(
+        *arrays, kind=int(kind), name=str(name), reduce_op=int(reduce_op),
+        prescale=float(prescale), postscale=float(postscale), root=int(root),
+        process_set=int(process_set), splits=tuple(int(s) for s in splits),
+        out_dim0s=tuple(out_dim0s), grouped=bool(grouped))
+
+
+def _abstract_eval(*avals, kind, out_dim0s, **_):
+    outs = []
+    for a, d0 in zip(avals, out_dim0s):
+        shape = a.shape if d0 is None else (d0,) + tuple(a.shape[1:])
+        outs.append(jax.core.ShapedArray(shape, a.dtype))
+    return outs, _EFFECTS
+
+
+collective_p.def_effectful_abstract_eval(_abstract_eval)
+
+
+# --- eager: the numpy API, synchronously ---------------------------------------------
+
+def _impl(*args, kind, name, reduce_op, prescale, postscale, root, process_set, splits,
+          out_dim0s, grouped):
+    from .. import process_sets
+
+    ps = process_set if process_set == 0 else process_sets._registered.get(process_set)
+    ps = process_sets.global_process_set if process_set == 0 else ps
+    arrays = [np.asarray(a) for a in args]
+    if kind == ALLREDUCE:
+        if grouped:
+            outs = _np_ops.grouped_allreduce(arrays, name=name, op=reduce_op,
+                                             prescale_factor=prescale,
+                                             postscale_factor=postscale, process_set=ps)
+        else:
+            outs = [synchronize(_np_ops.allreduce_async(
+                arrays[0], name=name, op=reduce_op, prescale_factor=prescale,
+                postscale_factor=postscale, process_set=ps))]
+    else:
+        outs = _eager_other(kind, arrays, name, reduce_op, prescale, postscale, root, ps,
+                            splits, grouped)
+    results = []
+    for a, o, d0 in zip(args, outs, out_dim0s):
+        if d0 is not None and o.shape[0] != d0:
+            raise ValueError(
+                f"horovodlite: {_KIND_NAMES[kind]} '{name}' returned {o.shape[0]} rows where "
+                f"{d0} were expected from the shapes known when it was traced")
+        results.append(jnp.asarray(o))
+    return results
+
+
+def _eager_other(kind, arrays, name, reduce_op, prescale, postscale, root, ps, splits, grouped):
+    """allgather / broadcast / alltoall / reducescatter through the numpy API."""
+    fn = {ALLGATHER: "allgather", BROADCAST: "broadcast", ALLTOALL: "alltoall",
+          REDUCESCATTER: "reducescatter"}[kind]
+    np_fn = getattr(_np_ops, fn, None)
+    if np_fn is None:
+        raise NotImplementedError(f"horovodlite: {fn} is not available in this build of the core")
+    outs = []
+    for i, a in enumerate(arrays):
+        nm = f"{name}.{i}" if grouped else name
+        if kind == ALLGATHER:
+            outs.append(np_fn(a, name=nm, process_set=ps))
+        elif kind == BROADCAST:
+            outs.append(np_fn(a, root, name=nm, process_set=ps))
+        elif kind == ALLTOALL:
+            out, _ = np_fn(a, splits=list(splits) or None, name=nm, process_set=ps)
+            outs.append(out)
+        else:
+            outs.append(np_fn(a, op=reduce_op, name=nm, prescale_factor=prescale,
+                              postscale_factor=postscale, process_set=ps))
+    return outs
+
+
+collective_p.def_impl(_impl)
+
+
+# --- jit: the XLA FFI custom call --------------------------------------------------------
+
+_ffi_rule = jax.ffi.ffi_lowering(FFI_TARGET, has_side_effect=True)
+
+
+def _lowering(ctx, *operands, kind, name, reduce_op, prescale, postscale, root, process_set,
+              splits, out_dim0s, grouped):
+    return _ffi_rule(ctx, *operands, op=np.int64(kind), name=name,
+                     reduce_op=np.int64(reduce_op), prescale=np.float64(prescale),
+                     postscale=np.float64(postscale), root=np.int64(root),
+                     process_set=np.int64(process_set), grouped=np.int64(grouped),
+                     splits=np.asarray(splits, dtype=np.int64))
+
+
+mlir.register_lowering(collective_p, _lowering, platform="cpu")
+
+
+# --- autodiff ----------------------------------------------------------------------------
+
+_LINEAR_REDUCE_OPS = (Sum, Average)
+
+
+def _check_linear(kind, reduce_op, name):
+    if kind in (ALLREDUCE, REDUCESCATTER) and reduce_op not in _LINEAR_REDUCE_OPS:
+        raise NotImplementedError(
+            f"horovodlite: {_KIND_NAMES[kind]} '{name}' with a Min/Max/Product reduction is "
+            "not differentiable; only Sum and Average are")
+
+
+def _jvp(primals, tangents, **params):
+    _check_linear(params["kind"], params["reduce_op"], params["name"])
+    outs = collective_p.bind(*primals, **params)
+    tans = [ad.instantiate_zeros(t) for t in tangents]
+    touts = collective_p.bind(*tans, **dict(params, name=params["name"] + ".jvp"))
+    return outs, touts
+
+
+ad.primitive_jvps[collective_p] = _jvp
+
+
+def _transpose(cts, *args, kind, name, reduce_op, prescale, postscale, root, process_set,
+               splits, out_dim0s, grouped):
+    _check_linear(kind, reduce_op, name)
+    cts = [ad.instantiate_zeros(ct) for ct in cts]
+    avals = [a.aval if ad.is_undefined_primal(a) else jax.core.get_aval(a) for a in args]
+    tname = name + ".T"
+    common = dict(process_set=process_set, grouped=grouped)
+    size, rank = set_size_rank(process_set)
+    if kind == ALLREDUCE:
+        # y = pre*post*R(x) with R symmetric across ranks: the adjoint is the same op.
+        res = bind(cts, ALLREDUCE, tname, reduce_op=reduce_op, prescale=prescale,
+                   postscale=postscale, **common)
+    elif kind == BROADCAST:
+        # Every rank's output came from the root: the root's input gathers all of them.
+        summed = bind(cts, ALLREDUCE, tname, reduce_op=Sum, **common)
+        res = [s if rank == root else jnp.zeros_like(s) for s in summed]
+    elif kind == ALLGATHER:
+        for a, ct in zip(avals, cts):
+            if ct.shape[0] != size * a.shape[0]:
+                raise NotImplementedError(
+                    f"horovodlite: differentiating allgather '{name}' needs equal first "
+                    "dimensions on every rank")
+        res = bind(cts, REDUCESCATTER, tname, reduce_op=Sum,
+                   out_dim0s=[a.shape[0] for a in avals], **common)
+    elif kind == REDUCESCATTER:
+        gathered = bind(cts, ALLGATHER, tname, out_dim0s=[a.shape[0] for a in avals], **common)
+        scale = prescale * postscale / (size if reduce_op == Average else 1)
+        res = [g if scale == 1.0 else (g * scale).astype(g.dtype) for g in gathered]
+    elif kind == ALLTOALL:
+        if splits:
+            raise NotImplementedError(
+                f"horovodlite: differentiating alltoall '{name}' needs equal splits")
+        res = bind(cts, ALLTOALL, tname, **common)
+    else:
+        raise NotImplementedError(f"horovodlite: no transpose for collective kind {kind}")
+    return [r if ad.is_undefined_primal(a) else None for r, a in zip(res, args)]
+
+
+ad.primitive_transposes[collective_p] = _transpose
+
+
+# --- vmap --------------------------------------------------------------------------------
+
+def _batch(args, dims, **params):
+    kind = params["kind"]
+    if kind in (ALLREDUCE, BROADCAST):
+        # Elementwise across ranks: a batch axis anywhere is just more elements. Unbatched
+        # members of a group stay unbatched.
+        return collective_p.bind(*args, **params), list(dims)
+    # Collectives along dim 0: keep dim 0 the rank axis by moving the batch axis to 1.
+    moved, out_dims = [], []
+    for x, d in zip(args, dims):
+        if d is batching.not_mapped:
+            moved.append(x)
+            out_dims.append(batching.not_mapped)
+        else:
+            moved.append(jnp.moveaxis(x, d, 1))
+            out_dims.append(1)
+    return collective_p.bind(*moved, **params), out_dims
+
+
+batching.primitive_batchers[collective_p] = _batch
+
+
+def code_of(x, reducible, what):
+    return dtypes.code_of(np.dtype(x.dtype), reducible=reducible, what=what)

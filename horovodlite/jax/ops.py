@@ -1,0 +1,198 @@
+"""Collectives on jax arrays and pytrees, eager or inside `jax.jit`.
+
+A pytree goes to the core as one group: one negotiation and one fused transfer for all
+its leaves. Unnamed collectives are named in call order; inside `jax.jit` that happens
+once, when the function is traced, so every rank must trace the same collectives in
+the same order (it does when all ranks run the same program; pass `name=` otherwise).
+
+Shapes under jit are fixed when tracing, which sets two rules:
+- allgather: every rank passes the same first dimension (eagerly they may differ);
+- alltoall: equal splits (splits=None, dim 0 divisible by the set size).
+"""
+import numpy as np
+
+import jax
+import jax.numpy as jnp
+
+from .. import ops as _np_ops
+from ..basics import Average, Sum
+from ..handles import auto_name
+from ..ops import resolve_op
+from ..process_sets import _set_id, global_process_set
+from . import _primitive as P
+from .compression import Compression
+
+__all__ = ["allreduce", "grouped_allreduce", "allgather", "broadcast", "reducescatter",
+           "alltoall"]
+
+
+def _flatten(tree):
+    leaves, treedef = jax.tree_util.tree_flatten(tree)
+    leaves = [x if isinstance(x, (jax.Array, np.ndarray)) else jnp.asarray(x) for x in leaves]
+    return leaves, treedef
+
+
+def _traced(leaves):
+    return any(isinstance(x, jax.core.Tracer) for x in leaves)
+
+
+def _check_dtypes(leaves, reducible, what):
+    for x in leaves:
+        P.code_of(x, reducible, what)
+
+
+def _run(leaves, kind, name, *, grouped=None, out_dim0s=None, **kw):
+    """Traced leaves go through the primitive (FFI under jit); concrete ones straight to
+    the numpy API, where shapes need not be known in advance."""
+    if grouped is None:
+        grouped = len(leaves) > 1
+    if _traced(leaves):
+        return P.bind(leaves, kind, name, out_dim0s=out_dim0s, grouped=grouped, **kw)
+    params = dict(reduce_op=Sum, prescale=1.0, postscale=1.0, root=-1, process_set=0,
+                  splits=())
+    params.update(kw)
+    params["splits"] = tuple(params["splits"])
+    return P._impl(*leaves, kind=kind, name=name, out_dim0s=(None,) * len(leaves),
+                   grouped=grouped, **params)
+
+
+def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None,
+              prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
+    """Reduces an array, or every leaf of a pytree as one group, over the ranks of the
+    set (op defaults to Average). Returns the same structure; bitwise identical on
+    every rank. Differentiable for Sum and Average."""
+    op = resolve_op(op, average)
+    leaves, treedef = _flatten(tensor)
+    if not leaves:
+        return tensor
+    _check_dtypes(leaves, True, "allreduce")
+    return treedef.unflatten(_allreduce_leaves(
+        leaves, auto_name("allreduce", name), op, compression, prescale_factor,
+        postscale_factor, process_set, grouped=None))
+
+
+def _allreduce_leaves(leaves, base, op, compression, prescale, postscale, process_set, grouped):
+    wire, ctxs = [], []
+    for x in leaves:
+        w, c = compression.compress(x)
+        wire.append(w)
+        ctxs.append(c)
+    outs = _run(wire, P.ALLREDUCE, base, grouped=grouped, reduce_op=op, prescale=prescale,
+                postscale=postscale, process_set=_set_id(process_set))
+    return [compression.decompress(o, c) for o, c in zip(outs, ctxs)]
+
+
+def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None,
+                      prescale_factor=1.0, postscale_factor=1.0,
+                      process_set=global_process_set):
+    """List (or any pytree) in, same structure out; reduced together as one unit."""
+    op = resolve_op(op, average)
+    leaves, treedef = _flatten(tensors)
+    if not leaves:
+        return tensors
+    _check_dtypes(leaves, True, "grouped_allreduce")
+    return treedef.unflatten(_allreduce_leaves(
+        leaves, auto_name("grouped_allreduce", name), op, compression, prescale_factor,
+        postscale_factor, process_set, grouped=True))
+
+
+def allgather(tensor, name=None, process_set=global_process_set):
+    """Concatenates along dim 0 across ranks (each leaf of a pytree, as one group).
+    Under jit every rank must pass the same first dimension."""
+    leaves, treedef = _flatten(tensor)
+    if not leaves:
+        return tensor
+    _check_dtypes(leaves, False, "allgather")
+    for x in leaves:
+        if x.ndim == 0:
+            raise ValueError("horovodlite: allgather needs arrays with at least one dimension")
+    ps = _set_id(process_set)
+    size, _ = P.set_size_rank(ps)
+    outs = _run(leaves, P.ALLGATHER, auto_name("allgather", name), process_set=ps,
+                out_dim0s=[size * x.shape[0] for x in leaves])
+    return treedef.unflatten(outs)
+
+
+_NATIVE_BROADCAST = hasattr(_np_ops, "broadcast")
+
+
+def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
+    """The root's value of an array or pytree on every rank."""
+    leaves, treedef = _flatten(tensor)
+    if not leaves:
+        return tensor
+    _check_dtypes(leaves, False, "broadcast")
+    ps = _set_id(process_set)
+    size, rank = P.set_size_rank(ps)
+    if not 0 <= int(root_rank) < size:
+        raise ValueError(f"horovodlite: broadcast root_rank {root_rank} is out of range for a "
+                         f"process set of size {size}")
+    base = auto_name("broadcast", name)
+    if _NATIVE_BROADCAST:
+        outs = _run(leaves, P.BROADCAST, base, root=int(root_rank), process_set=ps)
+    else:
+        outs = _broadcast_by_sum(leaves, base, int(root_rank), rank, ps)
+    return treedef.unflatten(outs)
+
+
+def _broadcast_by_sum(leaves, base, root, rank, ps):
+    # Stand-in until the core's broadcast is available: a sum where only the root
+    # contributes (x + 0 == x exactly, so the root's bits arrive unchanged).
+    wire = []
+    for x in leaves:
+        w = x.astype(jnp.uint8) if x.dtype == jnp.bool_ else x
+        wire.append(w if rank == root else jnp.zeros_like(w))
+    outs = _run(wire, P.ALLREDUCE, base, reduce_op=Sum, process_set=ps)
+    return [o.astype(x.dtype) if x.dtype == jnp.bool_ else o for o, x in zip(outs, leaves)]
+
+
+def reducescatter(tensor, op=Average, name=None, process_set=global_process_set,
+                  prescale_factor=1.0, postscale_factor=1.0):
+    """Reduces, then rank r keeps its dim-0 slice (the first dim0 % size ranks get one
+    extra row). Pytrees go as one group."""
+    op = resolve_op(op, None)
+    leaves, treedef = _flatten(tensor)
+    if not leaves:
+        return tensor
+    _check_dtypes(leaves, True, "reducescatter")
+    for x in leaves:
+        if x.ndim == 0:
+            raise ValueError("horovodlite: reducescatter needs arrays with at least one "
+                             "dimension (got a scalar)")
+    ps = _set_id(process_set)
+    size, rank = P.set_size_rank(ps)
+    outs = _run(leaves, P.REDUCESCATTER, auto_name("reducescatter", name), reduce_op=op,
+                prescale=prescale_factor, postscale=postscale_factor, process_set=ps,
+                out_dim0s=[P.reducescatter_rows(x.shape[0], size, rank) for x in leaves])
+    return treedef.unflatten(outs)
+
+
+def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
+    """Sends dim-0 slice i (sizes from `splits`, default equal) to rank i; returns
+    (output, received_splits). Under jit only equal splits are possible."""
+    if not isinstance(tensor, (jax.Array, np.ndarray)):
+        tensor = jnp.asarray(tensor)
+    P.code_of(tensor, False, "alltoall")
+    if tensor.ndim == 0:
+        raise ValueError("horovodlite: alltoall needs an array with at least one dimension")
+    ps = _set_id(process_set)
+    size, _ = P.set_size_rank(ps)
+    base = auto_name("alltoall", name)
+    if not _traced([tensor]) and not isinstance(splits, jax.core.Tracer):
+        from .. import process_sets
+
+        ps_obj = process_sets.global_process_set if ps == 0 else process_sets._registered[ps]
+        sp = None if splits is None else [int(s) for s in np.asarray(splits)]
+        out, received = _np_ops.alltoall(np.asarray(tensor), splits=sp, name=base,
+                                         process_set=ps_obj)
+        return jnp.asarray(out), jnp.asarray(received)
+    if splits is not None:
+        sp = np.asarray(splits)  # raises for traced splits: shapes must be static
+        if len(set(sp.tolist())) > 1 or int(sp.sum()) != tensor.shape[0]:
+            raise ValueError("horovodlite: alltoall under jax.jit needs equal splits, "
+                             f"got {sp.tolist()} for a first dimension of {tensor.shape[0]}")
+    if tensor.shape[0] % size:
+        raise ValueError(f"horovodlite: alltoall under jax.jit needs the first dimension "
+                         f"({tensor.shape[0]}) divisible by the set size ({size})")
+    out, = P.bind([tensor], P.ALLTOALL, base, process_set=ps, grouped=False)
+    return out, jnp.full((size,), tensor.shape[0] // size, dtype=jnp.int32)
