@@ -32,12 +32,50 @@ _KIND_NAMES = {ALLREDUCE: "allreduce", ALLGATHER: "allgather", BROADCAST: "broad
                ALLTOALL: "alltoall", REDUCESCATTER: "reducescatter"}
 FFI_TARGET = "horovodlite_collective"
 
-try:  # the effect jax gives side-effecting FFI calls: keeps jax from dropping unused ones
-    from jax._src.ffi import _FfiEffect as _EFFECT
 
-    _EFFECTS = frozenset({_EFFECT})
-except Exception:  # noqa: BLE001 - an older/newer jax without it: XLA still keeps the call
-    _EFFECTS = frozenset()
+class _Ordering:
+    """How collectives are kept in trace order inside one XLA program.
+
+    XLA may run independent custom calls in any order its scheduler picks, and that
+    order can differ between ranks whose programs differ only in constants or in
+    rank-dependent shapes; two ranks each waiting on a different collective would
+    hang. So every collective carries an *ordered effect*: JAX threads a token
+    through all of them in trace order (the same Python code on every rank), across
+    control flow and across jitted calls. JAX exposes ordered effects to primitives
+    only through jax._src, so if that ever moves we fall back to the unordered
+    side-effect marker of jax.ffi (safe whenever all ranks run identical programs)."""
+    effect = None
+    ordered = False
+    token_aval = None
+
+
+try:
+    from jax._src import effects as _jax_effects
+    from jax._src.core import abstract_token as _abstract_token
+
+    class CollectiveEffect(_jax_effects.Effect):
+        def __str__(self):
+            return "horovodlite"
+
+        def __eq__(self, other):
+            return isinstance(other, CollectiveEffect)
+
+        def __hash__(self):
+            return hash(CollectiveEffect)
+
+    for _set in ("ordered_effects", "lowerable_effects", "control_flow_allowed_effects",
+                 "custom_derivatives_allowed_effects", "remat_allowed_effects"):
+        getattr(_jax_effects, _set).add_type(CollectiveEffect)
+    _Ordering.effect, _Ordering.ordered = CollectiveEffect(), True
+    _Ordering.token_aval = _abstract_token
+except Exception:  # noqa: BLE001 - jax internals moved: keep working, unordered
+    try:
+        from jax._src.ffi import _FfiEffect as _unordered
+
+        _Ordering.effect = _unordered
+    except Exception:  # noqa: BLE001
+        pass
+_EFFECTS = frozenset({_Ordering.effect}) if _Ordering.effect is not None else frozenset()
 
 jax.ffi.register_ffi_target(FFI_TARGET, _core.jax_ffi_handler(), platform="cpu", api_version=1)
 
@@ -104,6 +142,8 @@ def _impl(*args, kind, name, reduce_op, prescale, postscale, root, process_set, 
     else:
         outs = _eager_other(kind, arrays, name, reduce_op, prescale, postscale, root, ps,
                             splits, grouped)
+    if kind in (ALLREDUCE, BROADCAST):  # the numpy API returns 0-d inputs as shape (1,)
+        outs = [np.reshape(o, np.shape(a)) for o, a in zip(outs, args)]
     results = []
     for a, o, d0 in zip(args, outs, out_dim0s):
         if d0 is not None and o.shape[0] != d0:
@@ -142,16 +182,22 @@ collective_p.def_impl(_impl)
 
 # --- jit: the XLA FFI custom call --------------------------------------------------------
 
-_ffi_rule = jax.ffi.ffi_lowering(FFI_TARGET, has_side_effect=True)
-
-
 def _lowering(ctx, *operands, kind, name, reduce_op, prescale, postscale, root, process_set,
               splits, out_dim0s, grouped):
-    return _ffi_rule(ctx, *operands, op=np.int64(kind), name=name,
-                     reduce_op=np.int64(reduce_op), prescale=np.float64(prescale),
-                     postscale=np.float64(postscale), root=np.int64(root),
-                     process_set=np.int64(process_set), grouped=np.int64(grouped),
-                     splits=np.asarray(splits, dtype=np.int64))
+    attrs = dict(op=np.int64(kind), name=name, reduce_op=np.int64(reduce_op),
+                 prescale=np.float64(prescale), postscale=np.float64(postscale),
+                 root=np.int64(root), process_set=np.int64(process_set),
+                 grouped=np.int64(grouped), splits=np.asarray(splits, dtype=np.int64))
+    build = jax.ffi.build_ffi_lowering_function(FFI_TARGET, has_side_effect=True)
+    if not _Ordering.ordered:
+        return build(ctx, *operands, **attrs).results
+    # Token in, token out: the handler skips token buffers (they carry no data).
+    token = ctx.tokens_in.get(_Ordering.effect)
+    tok = _Ordering.token_aval
+    tctx = ctx.replace(avals_in=[tok, *ctx.avals_in], avals_out=[tok, *ctx.avals_out])
+    results = list(build(tctx, token, *operands, **attrs).results)
+    ctx.set_tokens_out(ctx.tokens_in.update_tokens(mlir.TokenSet({_Ordering.effect: results[0]})))
+    return results[1:]
 
 
 mlir.register_lowering(collective_p, _lowering, platform="cpu")

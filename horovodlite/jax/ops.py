@@ -5,6 +5,11 @@ its leaves. Unnamed collectives are named in call order; inside `jax.jit` that h
 once, when the function is traced, so every rank must trace the same collectives in
 the same order (it does when all ranks run the same program; pass `name=` otherwise).
 
+Differentiation: JAX skips a primitive's JVP when none of its inputs depends on what is
+being differentiated. A collective whose input depends on the parameters on some ranks
+but not on others would then run its tangent collective on some ranks only: keep the
+data flow into collectives the same on every rank.
+
 Shapes under jit are fixed when tracing, which sets two rules:
 - allgather: every rank passes the same first dimension (eagerly they may differ);
 - alltoall: equal splits (splits=None, dim 0 divisible by the set size).
@@ -137,11 +142,13 @@ def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
 
 def _broadcast_by_sum(leaves, base, root, rank, ps):
     # Stand-in until the core's broadcast is available: a sum where only the root
-    # contributes (x + 0 == x exactly, so the root's bits arrive unchanged).
+    # contributes (x + 0 == x exactly, so the root's bits arrive unchanged). The mask is
+    # a select, not a constant, so every rank's input still depends on x: under
+    # differentiation all ranks then run the same tangent collectives.
     wire = []
     for x in leaves:
         w = x.astype(jnp.uint8) if x.dtype == jnp.bool_ else x
-        wire.append(w if rank == root else jnp.zeros_like(w))
+        wire.append(jnp.where(jnp.full(w.shape, rank == root), w, jnp.zeros_like(w)))
     outs = _run(wire, P.ALLREDUCE, base, reduce_op=Sum, process_set=ps)
     return [o.astype(x.dtype) if x.dtype == jnp.bool_ else o for o, x in zip(outs, leaves)]
 
