@@ -98,6 +98,7 @@ def reducescatter_rows(dim0, size, rank):
 def bind(arrays, kind, name, *, reduce_op=Sum, prescale=1.0, postscale=1.0, root=-1,
          process_set=0, splits=(), out_dim0s=None, grouped=None):
     """Runs one collective over `arrays` (one group when there are several)."""
+    _topology()  # tracing before init() fails here, not inside XLA
     arrays = list(arrays)
     if out_dim0s is None:
         out_dim0s = (None,) * len(arrays)
@@ -121,36 +122,71 @@ def _abstract_eval(*avals, kind, out_dim0s, **_):
 collective_p.def_effectful_abstract_eval(_abstract_eval)
 
 
-# --- eager: the numpy API, synchronously ---------------------------------------------
+# --- eager: straight to the core, no copies -------------------------------------------
+# Inputs reach the core as views of the jax buffers (np.asarray is zero-copy on CPU);
+# outputs are written into 64-byte aligned host arrays that jax then adopts through
+# DLPack without copying. Compiling a program per call would cost more than the
+# collective for small tensors, and every unnamed call has a new name.
+
+def _aligned_empty(shape, dtype):
+    dtype = np.dtype(dtype)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    raw = np.empty(nbytes + 64, np.uint8)
+    off = (-raw.ctypes.data) % 64
+    return raw[off:off + nbytes].view(dtype).reshape(shape)
+
+
+def to_jax(a):
+    """A host numpy array as a jax array, adopting its memory when jax can."""
+    try:
+        return jax.dlpack.from_dlpack(a)  # zero-copy when aligned; copies otherwise
+    except Exception:  # noqa: BLE001 - dtypes numpy cannot export (bfloat16): copy
+        return jnp.asarray(a)
+
+
+def _process_set(process_set_id):
+    from .. import process_sets
+
+    if process_set_id == 0:
+        return process_sets.global_process_set
+    return process_sets._registered[process_set_id]
+
+
+def _eager_allreduce(arrays, name, reduce_op, prescale, postscale, ps, grouped):
+    handles, outs = [], []
+    for i, a in enumerate(arrays):
+        src = np.ascontiguousarray(a).reshape(a.shape)
+        dst = _aligned_empty(a.shape, a.dtype)
+        handles.append(_np_ops._allreduce_submit(
+            src, dst, f"{name}.{i}" if grouped else name, reduce_op, prescale, postscale, ps,
+            group=name if grouped else "", group_size=len(arrays) if grouped else 0))
+        outs.append(dst)
+    synchronize(_np_ops._GroupHandle(handles))  # waits for all, then raises the first error
+    return outs
+
 
 def _impl(*args, kind, name, reduce_op, prescale, postscale, root, process_set, splits,
           out_dim0s, grouped):
-    from .. import process_sets
-
-    ps = process_set if process_set == 0 else process_sets._registered.get(process_set)
-    ps = process_sets.global_process_set if process_set == 0 else ps
+    _topology()  # a clear error before init()
+    ps = _process_set(process_set)
     arrays = [np.asarray(a) for a in args]
+    for a in arrays:
+        dtypes.code_of(a.dtype, reducible=kind in (ALLREDUCE, REDUCESCATTER),
+                       what=_KIND_NAMES[kind])
     if kind == ALLREDUCE:
-        if grouped:
-            outs = _np_ops.grouped_allreduce(arrays, name=name, op=reduce_op,
-                                             prescale_factor=prescale,
-                                             postscale_factor=postscale, process_set=ps)
-        else:
-            outs = [synchronize(_np_ops.allreduce_async(
-                arrays[0], name=name, op=reduce_op, prescale_factor=prescale,
-                postscale_factor=postscale, process_set=ps))]
+        outs = _eager_allreduce(arrays, name, reduce_op, prescale, postscale, ps, grouped)
     else:
         outs = _eager_other(kind, arrays, name, reduce_op, prescale, postscale, root, ps,
                             splits, grouped)
-    if kind in (ALLREDUCE, BROADCAST):  # the numpy API returns 0-d inputs as shape (1,)
-        outs = [np.reshape(o, np.shape(a)) for o, a in zip(outs, args)]
+        if kind == BROADCAST:  # the numpy API returns 0-d inputs as shape (1,)
+            outs = [np.reshape(o, np.shape(a)) for o, a in zip(outs, args)]
     results = []
-    for a, o, d0 in zip(args, outs, out_dim0s):
+    for o, d0 in zip(outs, out_dim0s):
         if d0 is not None and o.shape[0] != d0:
             raise ValueError(
                 f"horovodlite: {_KIND_NAMES[kind]} '{name}' returned {o.shape[0]} rows where "
                 f"{d0} were expected from the shapes known when it was traced")
-        results.append(jnp.asarray(o))
+        results.append(to_jax(o))
     return results
 
 
@@ -188,7 +224,14 @@ def _lowering(ctx, *operands, kind, name, reduce_op, prescale, postscale, root, 
                  prescale=np.float64(prescale), postscale=np.float64(postscale),
                  root=np.int64(root), process_set=np.int64(process_set),
                  grouped=np.int64(grouped), splits=np.asarray(splits, dtype=np.int64))
-    build = jax.ffi.build_ffi_lowering_function(FFI_TARGET, has_side_effect=True)
+    # allreduce and broadcast may write over their input (the core handles in == out):
+    # XLA then reuses the operand's buffer when it is dead afterwards (a loop carry, a
+    # gradient) and copies it first only when it is not.
+    first = 1 if _Ordering.ordered else 0
+    aliases = ({first + i: first + i for i in range(len(operands))}
+               if kind in (ALLREDUCE, BROADCAST) else {})
+    build = jax.ffi.build_ffi_lowering_function(FFI_TARGET, has_side_effect=True,
+                                                operand_output_aliases=aliases)
     if not _Ordering.ordered:
         return build(ctx, *operands, **attrs).results
     # Token in, token out: the handler skips token buffers (they carry no data).

@@ -186,13 +186,10 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
     size, _ = P.set_size_rank(ps)
     base = auto_name("alltoall", name)
     if not _traced([tensor]) and not isinstance(splits, jax.core.Tracer):
-        from .. import process_sets
-
-        ps_obj = process_sets.global_process_set if ps == 0 else process_sets._registered[ps]
         sp = None if splits is None else [int(s) for s in np.asarray(splits)]
         out, received = _np_ops.alltoall(np.asarray(tensor), splits=sp, name=base,
-                                         process_set=ps_obj)
-        return jnp.asarray(out), jnp.asarray(received)
+                                         process_set=P._process_set(ps))
+        return P.to_jax(out), jnp.asarray(received)
     if splits is not None:
         sp = np.asarray(splits)  # raises for traced splits: shapes must be static
         if len(set(sp.tolist())) > 1 or int(sp.sum()) != tensor.shape[0]:
