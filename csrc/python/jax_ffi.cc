@@ -11,9 +11,10 @@
 //
 // Two completion modes. Blocking: the handler waits for the engine and returns.
 // Asynchronous (FFI >= 0.3, the default where available): the handler returns an
-// XLA future at once and a completion thread fulfils it, so XLA keeps running
-// independent work — including other collectives, which are therefore all enqueued
-// whatever order XLA picks, and can never wait on each other across ranks.
+// XLA future at once and a completion thread fulfils it, so XLA's threads are free to
+// run independent work while the collective is on the wire. The order of collectives
+// is not this file's business: horovodlite/jax threads an ordering token through
+// them, so every rank issues them in the order they were traced.
 #include "jax_ffi.h"
 
 #include <condition_variable>
@@ -275,7 +276,10 @@ Error* handle_call(CallFrame* f) {
                       "': operands and results do not pair up");
 
   const OpType op = static_cast<OpType>(at.op);
-  const bool engine_out = op == OpType::ALLGATHER || op == OpType::ALLTOALL;
+  // These ops size their output after negotiation and allocate it themselves; we copy
+  // it into XLA's buffer (whose size was fixed at trace time) when it is done.
+  const bool engine_out =
+      op == OpType::ALLGATHER || op == OpType::ALLTOALL || op == OpType::REDUCESCATTER;
   Pending p;
   p.name = at.name;
   p.api = api;
