@@ -193,6 +193,90 @@ def test_jax_collectives_eager_and_jit():
     assert r0["burst"] == [2.0 * i + 1 for i in range(50)]
 
 
+_DIM0 = """
+import jax, jax.numpy as jnp, ml_dtypes
+import horovodlite.jax as hj
+
+def main(hvd):
+    r, n = hj.rank(), hj.size()
+    out = {}
+    J = lambda f: jax.jit(f)
+    a = jnp.arange(6.0, dtype=jnp.float32).reshape(3, 2) + 10 * r
+    # allgather: eager (first dims may differ), jit (equal), pytree with bf16 and bool
+    out["ag_eager"] = np.asarray(hj.allgather(jnp.ones((1 + r, 2), jnp.int32) * r))
+    out["ag_jit"] = np.asarray(J(lambda x: hj.allgather(x))(a))
+    t = {"b": jnp.ones((2,), jnp.bfloat16) * (r + 1), "m": jnp.array([r == 1])}
+    out["ag_tree"] = jax.tree_util.tree_map(np.asarray, J(lambda t: hj.allgather(t))(t))
+    # reducescatter: 5 rows over 2 ranks -> 3 and 2 rows
+    b = jnp.arange(10.0).reshape(5, 2) * (r + 1)
+    out["rs_eager"] = np.asarray(hj.reducescatter(b, op=hj.Sum))
+    out["rs_jit"] = np.asarray(J(lambda x: hj.reducescatter(x, op=hj.Sum))(b))
+    out["rs_avg_jit"] = np.asarray(J(lambda x: hj.reducescatter(x))(b))
+    # alltoall: equal splits under jit, uneven eagerly
+    c = jnp.arange(8.0).reshape(4, 2) + 100 * r
+    o, rs = J(lambda x: hj.alltoall(x))(c)
+    out["a2a_jit"] = (np.asarray(o), np.asarray(rs))
+    o, rs = hj.alltoall(jnp.arange(3.0) + 10 * r, splits=[1, 2] if r == 0 else [2, 1])
+    out["a2a_eager"] = (np.asarray(o), np.asarray(rs))
+    # broadcast through the core's broadcast, from rank 1, eager and jit
+    out["bc_jit"] = np.asarray(J(lambda x: hj.broadcast(x, 1))(a))
+    out["bc_eager"] = np.asarray(hj.broadcast(a, 1))
+    # gradients: allgather <-> reducescatter, alltoall -> alltoall
+    w = jnp.arange(4.0).reshape(2, 2) + r
+    out["g_ag"] = np.asarray(J(jax.grad(lambda x: jnp.sum(hj.allgather(x) ** 2)))(w))
+    out["g_rs"] = np.asarray(J(jax.grad(lambda x: jnp.sum(hj.reducescatter(x, op=hj.Sum) * (r + 1))))(
+        jnp.ones((4, 2))))
+    out["g_a2a"] = np.asarray(J(jax.grad(lambda x: jnp.sum(hj.alltoall(x)[0] * jnp.arange(4.0)[:, None])))(
+        jnp.ones((4, 2))))
+    # vmap over a dim-0 collective: batch axis is not the rank axis
+    out["vmap_ag"] = np.asarray(J(jax.vmap(lambda x: hj.allgather(x)))(jnp.ones((3, 2, 2)) * r))
+    try:
+        J(lambda x: hj.allgather(x))(jnp.ones((2 + r, 2)))
+        out["ag_unequal_jit"] = "no error"
+    except Exception as e:
+        out["ag_unequal_jit"] = str(e)
+    return out
+"""
+
+
+def test_jax_dim0_collectives():
+    from horovodlite import ops as np_ops
+
+    if not hasattr(np_ops, "allgather"):
+        pytest.skip("this build's core has no allgather/reducescatter/alltoall yet")
+    res = run(N, _DIM0, timeout=240)
+    for r, o in enumerate(res):
+        np.testing.assert_array_equal(o["ag_eager"], [[0, 0], [1, 1], [1, 1]])
+        a = [np.arange(6.0).reshape(3, 2) + 10 * k for k in range(N)]
+        np.testing.assert_array_equal(o["ag_jit"], np.concatenate(a))
+        assert o["ag_tree"]["b"].dtype.name == "bfloat16"
+        np.testing.assert_array_equal(o["ag_tree"]["b"].astype(np.float32), [1, 1, 2, 2])
+        np.testing.assert_array_equal(o["ag_tree"]["m"], [False, True])
+        full = np.arange(10.0).reshape(5, 2) * 3
+        mine = full[:3] if r == 0 else full[3:]
+        np.testing.assert_array_equal(o["rs_eager"], mine)
+        np.testing.assert_array_equal(o["rs_jit"], mine)
+        np.testing.assert_allclose(o["rs_avg_jit"], mine / 2)
+        c = [np.arange(8.0).reshape(4, 2) + 100 * k for k in range(N)]
+        np.testing.assert_array_equal(o["a2a_jit"][0], np.concatenate([x[2 * r:2 * r + 2] for x in c]))
+        np.testing.assert_array_equal(o["a2a_jit"][1], [2, 2])
+        want = [np.array([0.0]), np.array([10.0, 11.0])] if r == 0 else [np.array([1.0, 2.0]), np.array([12.0])]
+        np.testing.assert_array_equal(o["a2a_eager"][0], np.concatenate(want))
+        np.testing.assert_array_equal(o["a2a_eager"][1], [len(w) for w in want])
+        np.testing.assert_array_equal(o["bc_jit"], a[1])
+        np.testing.assert_array_equal(o["bc_eager"], a[1])
+        # sum_r' sum(allgather(x)^2): d/dx_r = N * 2 x_r
+        np.testing.assert_array_equal(o["g_ag"], N * 2 * (np.arange(4.0).reshape(2, 2) + r))
+        # sum_r' (r'+1) * reducescatter(x)_r': d/dx_r = row weights (r'+1) of the owner
+        np.testing.assert_array_equal(o["g_rs"], np.repeat([[1.0], [1.0], [2.0], [2.0]], 2, 1))
+        # output row j of every rank is weighted j; row i of rank r's input lands on
+        # rank i // 2 as row 2r + i % 2, so its gradient is that weight
+        np.testing.assert_array_equal(
+            o["g_a2a"], np.repeat([[2.0 * r + i % 2] for i in range(4)], 2, 1))
+        np.testing.assert_array_equal(o["vmap_ag"], np.concatenate([np.zeros((3, 2, 2)), np.ones((3, 2, 2))], 1))
+        assert "equal first dimensions" in o["ag_unequal_jit"], o["ag_unequal_jit"]
+
+
 _ERRORS = """
 import jax, jax.numpy as jnp
 import horovodlite.jax as hj
