@@ -321,9 +321,9 @@ def _batch(args, dims, **params):
     # Collectives along dim 0: keep dim 0 the rank axis by moving the batch axis to 1.
     moved, out_dims = [], []
     for x, d in zip(args, dims):
-        if d is batching.not_mapped:
+        if d is None:  # this member is not batched
             moved.append(x)
-            out_dims.append(batching.not_mapped)
+            out_dims.append(None)
         else:
             moved.append(jnp.moveaxis(x, d, 1))
             out_dims.append(1)
