@@ -1,6 +1,10 @@
-"""Time per allreduce from JAX: inside jax.jit (XLA FFI custom call into the core),
-eager on jax arrays, and the numpy API, interleaved in one launch (A B C A B C ...)
-so machine noise hits all three alike.
+"""Time per allreduce from JAX, interleaved in one launch (A B C D A B C D ...) so
+machine noise hits all variants alike:
+  jit      k allreduces inside one jitted program (a fori_loop): the XLA FFI custom
+           call into the core, no Python in the loop;
+  jitcall  one jitted allreduce per Python call (adds jax's dispatch);
+  eager    horovodlite.jax.allreduce on a concrete jax array (no compilation);
+  numpy    horovodlite.allreduce on numpy arrays (the reference).
 
     mpirun -np 2 python benchmarks/jax_allreduce.py [--sizes 4K,64K,1M,16M,64M] [--iters N]
 
@@ -62,7 +66,9 @@ def main():
         x_j = jnp.asarray(base)
         chain(x_j).block_until_ready()  # compile + warm
         x_np = base.copy()
-        times = {"jit": [], "eager": [], "numpy": []}
+        single = jax.jit(lambda v: hvd.allreduce(v, op=hvd.Average, name="bench.jitcall"))
+        single(x_j).block_until_ready()
+        times = {"jit": [], "jitcall": [], "eager": [], "numpy": []}
         wrong = {}
         for _ in range(args.rounds):
             hvd_np.allreduce(np.zeros(1, np.float32), name="bench.barrier")
@@ -70,6 +76,15 @@ def main():
             y = chain(x_j).block_until_ready()
             times["jit"].append((time.perf_counter() - t) / k)
             wrong["jit"] = int(np.count_nonzero(np.asarray(y) != expect))
+
+            hvd_np.allreduce(np.zeros(1, np.float32), name="bench.barrier")
+            v = x_j
+            t = time.perf_counter()
+            for _ in range(k):
+                v = single(v)
+            v.block_until_ready()
+            times["jitcall"].append((time.perf_counter() - t) / k)
+            wrong["jitcall"] = int(np.count_nonzero(np.asarray(v) != expect))
 
             hvd_np.allreduce(np.zeros(1, np.float32), name="bench.barrier")
             v = x_j
@@ -87,7 +102,7 @@ def main():
                 w = hvd_np.allreduce(w, op=hvd_np.Average, name="bench.numpy")
             times["numpy"].append((time.perf_counter() - t) / k)
             wrong["numpy"] = int(np.count_nonzero(w != expect))
-        for name in ("jit", "eager", "numpy"):
+        for name in ("jit", "jitcall", "eager", "numpy"):
             sec = float(np.median(times[name]))
             algbw = size / sec / 1e9
             rows.append((human(size), name, sec * 1e6, algbw, algbw * 2 * (n - 1) / n,
@@ -95,10 +110,10 @@ def main():
     if r == 0:
         print(f"# horovodlite.jax allreduce, float32, np={n}, jax {jax.__version__}, "
               f"median of {args.rounds} interleaved rounds")
-        print(f"{'size':>9} {'variant':>7} {'time(us)':>10} {'algbw(GB/s)':>12} "
+        print(f"{'size':>9} {'variant':>8} {'time(us)':>10} {'algbw(GB/s)':>12} "
               f"{'busbw(GB/s)':>12} {'#wrong':>7} {'iters':>6}")
         for row in rows:
-            print(f"{row[0]:>9} {row[1]:>7} {row[2]:>10.1f} {row[3]:>12.3f} {row[4]:>12.3f} "
+            print(f"{row[0]:>9} {row[1]:>8} {row[2]:>10.1f} {row[3]:>12.3f} {row[4]:>12.3f} "
                   f"{row[5]:>7} {row[6]:>6}")
 
 

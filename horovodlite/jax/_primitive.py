@@ -144,6 +144,19 @@ def to_jax(a):
         return jnp.asarray(a)
 
 
+def _place_like(out, like):
+    """Accelerator inputs went through host memory; give the result back their device."""
+    devices = getattr(like, "devices", None)
+    if devices is None:
+        return out
+    devs = devices()
+    if len(devs) == 1:
+        dev = next(iter(devs))
+        if dev.platform != "cpu":
+            return jax.device_put(out, dev)
+    return out
+
+
 def _process_set(process_set_id):
     from .. import process_sets
 
@@ -181,12 +194,12 @@ def _impl(*args, kind, name, reduce_op, prescale, postscale, root, process_set, 
         if kind == BROADCAST:  # the numpy API returns 0-d inputs as shape (1,)
             outs = [np.reshape(o, np.shape(a)) for o, a in zip(outs, args)]
     results = []
-    for o, d0 in zip(outs, out_dim0s):
+    for a, o, d0 in zip(args, outs, out_dim0s):
         if d0 is not None and o.shape[0] != d0:
             raise ValueError(
                 f"horovodlite: {_KIND_NAMES[kind]} '{name}' returned {o.shape[0]} rows where "
                 f"{d0} were expected from the shapes known when it was traced")
-        results.append(to_jax(o))
+        results.append(_place_like(to_jax(o), a))
     return results
 
 
@@ -244,6 +257,17 @@ def _lowering(ctx, *operands, kind, name, reduce_op, prescale, postscale, root, 
 
 
 mlir.register_lowering(collective_p, _lowering, platform="cpu")
+
+
+def _no_device_lowering(ctx, *operands, name, **_):
+    raise NotImplementedError(
+        f"horovodlite.jax: collective '{name}' inside jax.jit runs on the CPU backend only "
+        "(jax.jit(..., backend='cpu') or arrays on the CPU); eagerly, arrays on "
+        "accelerators work through host memory")
+
+
+for _platform in ("cuda", "rocm", "tpu"):
+    mlir.register_lowering(collective_p, _no_device_lowering, platform=_platform)
 
 
 # --- autodiff ----------------------------------------------------------------------------
