@@ -323,7 +323,8 @@ def test_jax_errors_raise_on_every_rank():
         for key, what in (("jit_shape", "shape"), ("eager_shape", "shape"),
                           ("jit_dtype", "dtype"), ("jit_op", "op"), ("group_member", "shape")):
             kind, msg = out[key]
-            assert kind in ("JaxRuntimeError", "HorovodInternalError"), (r, key, kind, msg)
+            # jax.errors.JaxRuntimeError (XlaRuntimeError in older jax) from inside jit
+            assert kind.endswith("RuntimeError") or kind == "HorovodInternalError", (r, key, kind)
             assert "rank 0" in msg and "rank 1" in msg, (r, key, msg)
         assert "'shape'" in out["jit_shape"][1] and "(3,)" in out["jit_shape"][1]
         assert "(4,)" in out["jit_shape"][1]

@@ -243,15 +243,23 @@ def _lowering(ctx, *operands, kind, name, reduce_op, prescale, postscale, root, 
     first = 1 if _Ordering.ordered else 0
     aliases = ({first + i: first + i for i in range(len(operands))}
                if kind in (ALLREDUCE, BROADCAST) else {})
-    build = jax.ffi.build_ffi_lowering_function(FFI_TARGET, has_side_effect=True,
-                                                operand_output_aliases=aliases)
+    # Row-major layouts (minor-to-major), given explicitly so the token needs no shape.
+    row_major = lambda a: tuple(reversed(range(len(a.shape))))  # noqa: E731
+    in_layouts = [row_major(a) for a in ctx.avals_in]
+    out_layouts = [row_major(a) for a in ctx.avals_out]
     if not _Ordering.ordered:
-        return build(ctx, *operands, **attrs).results
+        rule = jax.ffi.ffi_lowering(FFI_TARGET, operand_layouts=in_layouts,
+                                    result_layouts=out_layouts, has_side_effect=True,
+                                    operand_output_aliases=aliases)
+        return rule(ctx, *operands, **attrs)
     # Token in, token out: the handler skips token buffers (they carry no data).
     token = ctx.tokens_in.get(_Ordering.effect)
     tok = _Ordering.token_aval
     tctx = ctx.replace(avals_in=[tok, *ctx.avals_in], avals_out=[tok, *ctx.avals_out])
-    results = list(build(tctx, token, *operands, **attrs).results)
+    rule = jax.ffi.ffi_lowering(FFI_TARGET, operand_layouts=[(), *in_layouts],
+                                result_layouts=[(), *out_layouts], has_side_effect=True,
+                                operand_output_aliases=aliases)
+    results = list(rule(tctx, token, *operands, **attrs))
     ctx.set_tokens_out(ctx.tokens_in.update_tokens(mlir.TokenSet({_Ordering.effect: results[0]})))
     return results[1:]
 
