@@ -14,6 +14,7 @@ void TensorQueue::push(std::unique_ptr<TensorEntry> e) {
   {
     std::lock_guard<std::mutex> l(mu_);
     const std::string& name = e->req.name;
+    if (!closed_.empty()) throw std::runtime_error(closed_);
     if (table_.count(name))
       throw std::invalid_argument("horovodlite: a collective named '" + name +
                                   "' is already in flight on this rank; names must be unique "
@@ -97,6 +98,11 @@ void TensorQueue::request_flush() {
     flush_ = true;
   }
   cv_.notify_all();
+}
+
+void TensorQueue::close(const std::string& why) {
+  std::lock_guard<std::mutex> l(mu_);
+  closed_ = why;
 }
 
 void TensorQueue::request_shutdown() {

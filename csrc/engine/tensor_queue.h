@@ -46,6 +46,8 @@ class TensorQueue {
 
   void request_flush();  // a caller is blocked waiting: do not hold work back
   void request_shutdown();
+  // The background loop has ended: later pushes fail instead of waiting forever.
+  void close(const std::string& why);
   bool shutdown_requested();
   void notify() { cv_.notify_all(); }
 
@@ -58,6 +60,7 @@ class TensorQueue {
   size_t fresh_bytes_ = 0;
   Clock::time_point oldest_fresh_;
   bool flush_ = false, shutdown_ = false;
+  std::string closed_;
 };
 
 }  // namespace hvdl

@@ -87,7 +87,10 @@ void Worker::loop() {
       running_ = false;
     }
   }
-  fail_all("horovodlite has been shut down; the collective did not complete");
+  const char* why = "horovodlite has been shut down (hvd.shutdown() was called on this or another "
+                    "rank, or the background loop failed); the collective did not complete";
+  queue_.close(why);
+  fail_all(why);
 }
 
 void Worker::execute(const std::vector<Response>& responses) {
