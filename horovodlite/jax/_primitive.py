@@ -204,26 +204,33 @@ def _impl(*args, kind, name, reduce_op, prescale, postscale, root, process_set, 
 
 
 def _eager_other(kind, arrays, name, reduce_op, prescale, postscale, root, ps, splits, grouped):
-    """allgather / broadcast / alltoall / reducescatter through the numpy API."""
-    fn = {ALLGATHER: "allgather", BROADCAST: "broadcast", ALLTOALL: "alltoall",
-          REDUCESCATTER: "reducescatter"}[kind]
-    np_fn = getattr(_np_ops, fn, None)
-    if np_fn is None:
-        raise NotImplementedError(f"horovodlite: {fn} is not available in this build of the core")
-    outs = []
-    for i, a in enumerate(arrays):
-        nm = f"{name}.{i}" if grouped else name
-        if kind == ALLGATHER:
-            outs.append(np_fn(a, name=nm, process_set=ps))
-        elif kind == BROADCAST:
-            outs.append(np_fn(a, root, name=nm, process_set=ps))
-        elif kind == ALLTOALL:
-            out, _ = np_fn(a, splits=list(splits) or None, name=nm, process_set=ps)
-            outs.append(out)
-        else:
-            outs.append(np_fn(a, op=reduce_op, name=nm, prescale_factor=prescale,
-                              postscale_factor=postscale, process_set=ps))
-    return outs
+    """allgather / broadcast / alltoall / reducescatter through the numpy API (their
+    outputs are engine-allocated, sized after negotiation)."""
+    if kind == ALLGATHER:
+        if grouped:
+            return _np_ops.grouped_allgather(arrays, name=name, process_set=ps)
+        return [_np_ops.allgather(arrays[0], name=name, process_set=ps)]
+    if kind == REDUCESCATTER:
+        kw = dict(name=name, op=reduce_op, process_set=ps, prescale_factor=prescale,
+                  postscale_factor=postscale)
+        if grouped:
+            return _np_ops.grouped_reducescatter(arrays, **kw)
+        return [_np_ops.reducescatter(arrays[0], **kw)]
+    if kind == BROADCAST:
+        # `root` counts within the set here; the numpy API takes a global rank.
+        groot = root if ps.process_set_id == 0 else ps.ranks[root]
+        if not grouped:
+            return [_np_ops.broadcast(arrays[0], groot, name=name, process_set=ps)]
+        handles = [_np_ops._submit_engine_output(
+            "broadcast", np.ascontiguousarray(a).reshape(a.shape), f"{name}.{i}", ps,
+            group=name, group_size=len(arrays), op=BROADCAST, root=root)
+            for i, a in enumerate(arrays)]
+        return synchronize(_np_ops._GroupHandle(handles))
+    if kind == ALLTOALL:
+        out, _ = _np_ops.alltoall(arrays[0], splits=list(splits) or None, name=name,
+                                  process_set=ps)
+        return [out]
+    raise NotImplementedError(f"horovodlite: collective kind {kind}")
 
 
 collective_p.def_impl(_impl)

@@ -72,7 +72,7 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
         return tensor
     _check_dtypes(leaves, True, "allreduce")
     return treedef.unflatten(_allreduce_leaves(
-        leaves, auto_name("allreduce", name), op, compression, prescale_factor,
+        leaves, auto_name("allreduce", name, process_set), op, compression, prescale_factor,
         postscale_factor, process_set, grouped=None))
 
 
@@ -97,7 +97,7 @@ def grouped_allreduce(tensors, average=None, name=None, compression=Compression.
         return tensors
     _check_dtypes(leaves, True, "grouped_allreduce")
     return treedef.unflatten(_allreduce_leaves(
-        leaves, auto_name("grouped_allreduce", name), op, compression, prescale_factor,
+        leaves, auto_name("grouped_allreduce", name, process_set), op, compression, prescale_factor,
         postscale_factor, process_set, grouped=True))
 
 
@@ -108,49 +108,29 @@ def allgather(tensor, name=None, process_set=global_process_set):
     if not leaves:
         return tensor
     _check_dtypes(leaves, False, "allgather")
-    for x in leaves:
-        if x.ndim == 0:
-            raise ValueError("horovodlite: allgather needs arrays with at least one dimension")
+    leaves = [x.reshape(1) if x.ndim == 0 else x for x in leaves]  # a scalar is one row
     ps = _set_id(process_set)
     size, _ = P.set_size_rank(ps)
-    outs = _run(leaves, P.ALLGATHER, auto_name("allgather", name), process_set=ps,
+    outs = _run(leaves, P.ALLGATHER, auto_name("allgather", name, process_set), process_set=ps,
                 out_dim0s=[size * x.shape[0] for x in leaves])
     return treedef.unflatten(outs)
 
 
-_NATIVE_BROADCAST = hasattr(_np_ops, "broadcast")
-
-
 def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
-    """The root's value of an array or pytree on every rank."""
+    """The root's value of an array or pytree on every rank (root_rank is a global
+    rank, as in Horovod). Pytrees go as one group."""
     leaves, treedef = _flatten(tensor)
     if not leaves:
         return tensor
     _check_dtypes(leaves, False, "broadcast")
     ps = _set_id(process_set)
-    size, rank = P.set_size_rank(ps)
-    if not 0 <= int(root_rank) < size:
-        raise ValueError(f"horovodlite: broadcast root_rank {root_rank} is out of range for a "
-                         f"process set of size {size}")
-    base = auto_name("broadcast", name)
-    if _NATIVE_BROADCAST:
-        outs = _run(leaves, P.BROADCAST, base, root=int(root_rank), process_set=ps)
-    else:
-        outs = _broadcast_by_sum(leaves, base, int(root_rank), rank, ps)
+    size, _ = P.set_size_rank(ps)
+    root, err = _np_ops._root_in_set(root_rank, process_set)
+    if err or not 0 <= root < size:
+        raise ValueError(f"horovodlite: broadcast: {err or f'root_rank {root_rank} is out of range for a process set of size {size}'}")
+    outs = _run(leaves, P.BROADCAST, auto_name("broadcast", name, process_set), root=root,
+                process_set=ps)
     return treedef.unflatten(outs)
-
-
-def _broadcast_by_sum(leaves, base, root, rank, ps):
-    # Stand-in until the core's broadcast is available: a sum where only the root
-    # contributes (x + 0 == x exactly, so the root's bits arrive unchanged). The mask is
-    # a select, not a constant, so every rank's input still depends on x: under
-    # differentiation all ranks then run the same tangent collectives.
-    wire = []
-    for x in leaves:
-        w = x.astype(jnp.uint8) if x.dtype == jnp.bool_ else x
-        wire.append(jnp.where(jnp.full(w.shape, rank == root), w, jnp.zeros_like(w)))
-    outs = _run(wire, P.ALLREDUCE, base, reduce_op=Sum, process_set=ps)
-    return [o.astype(x.dtype) if x.dtype == jnp.bool_ else o for o, x in zip(outs, leaves)]
 
 
 def reducescatter(tensor, op=Average, name=None, process_set=global_process_set,
@@ -168,7 +148,8 @@ def reducescatter(tensor, op=Average, name=None, process_set=global_process_set,
                              "dimension (got a scalar)")
     ps = _set_id(process_set)
     size, rank = P.set_size_rank(ps)
-    outs = _run(leaves, P.REDUCESCATTER, auto_name("reducescatter", name), reduce_op=op,
+    outs = _run(leaves, P.REDUCESCATTER, auto_name("reducescatter", name, process_set),
+                reduce_op=op,
                 prescale=prescale_factor, postscale=postscale_factor, process_set=ps,
                 out_dim0s=[P.reducescatter_rows(x.shape[0], size, rank) for x in leaves])
     return treedef.unflatten(outs)
@@ -184,7 +165,7 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
         raise ValueError("horovodlite: alltoall needs an array with at least one dimension")
     ps = _set_id(process_set)
     size, _ = P.set_size_rank(ps)
-    base = auto_name("alltoall", name)
+    base = auto_name("alltoall", name, process_set)
     if not _traced([tensor]) and not isinstance(splits, jax.core.Tracer):
         sp = None if splits is None else [int(s) for s in np.asarray(splits)]
         out, received = _np_ops.alltoall(np.asarray(tensor), splits=sp, name=base,

@@ -34,14 +34,14 @@ def allreduce_gradients(grads, op=Average, compression=Compression.none, name=No
         if op != Average:
             raise ValueError("horovodlite: gradient_predivide_factor needs op=Average")
         pre, post = 1.0 / gradient_predivide_factor, gradient_predivide_factor
-    outs = _allreduce_leaves(leaves, auto_name("allreduce_gradients", name), op, compression,
+    outs = _allreduce_leaves(leaves, auto_name("allreduce_gradients", name, process_set), op, compression,
                              pre, post, process_set, grouped=True)
     return treedef.unflatten(outs)
 
 
 def broadcast_parameters(params, root_rank=0, name=None, process_set=global_process_set):
     """Returns `params` (any pytree) with the root's values on every rank (one group)."""
-    return broadcast(params, root_rank, name=name or auto_name("broadcast_parameters", None),
+    return broadcast(params, root_rank, name=name or auto_name("broadcast_parameters", None, process_set),
                      process_set=process_set)
 
 
@@ -49,7 +49,7 @@ def broadcast_optimizer_state(opt_state, root_rank=0, name=None,
                               process_set=global_process_set):
     """The root's optax state (counts, moments, ...) on every rank."""
     return broadcast(opt_state, root_rank,
-                     name=name or auto_name("broadcast_optimizer_state", None),
+                     name=name or auto_name("broadcast_optimizer_state", None, process_set),
                      process_set=process_set)
 
 
@@ -83,7 +83,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
 
     def reduce(grads):
         return allreduce_gradients(grads, op=op, compression=compression,
-                                   name=auto_name(base, None),
+                                   name=auto_name(base, None, process_set),
                                    gradient_predivide_factor=gradient_predivide_factor,
                                    process_set=process_set)
 
