@@ -221,6 +221,11 @@ def main(hvd):
     # broadcast through the core's broadcast, from rank 1, eager and jit
     out["bc_jit"] = np.asarray(J(lambda x: hj.broadcast(x, 1))(a))
     out["bc_eager"] = np.asarray(hj.broadcast(a, 1))
+    # pytrees as one group under jit: reducescatter, allgather, broadcast
+    tr = {"f": jnp.arange(8.0).reshape(4, 2) * (r + 1), "i": jnp.arange(3, dtype=jnp.int32) + r}
+    out["grs"] = jax.tree_util.tree_map(np.asarray, J(lambda t: hj.grouped_reducescatter(t, op=hj.Sum))(tr))
+    out["gag"] = jax.tree_util.tree_map(np.asarray, J(lambda t: hj.grouped_allgather(t))(tr))
+    out["gbc"] = jax.tree_util.tree_map(np.asarray, J(lambda t: hj.broadcast(t, 1))(tr))
     # gradients: allgather <-> reducescatter, alltoall -> alltoall
     w = jnp.arange(4.0).reshape(2, 2) + r
     out["g_ag"] = np.asarray(J(jax.grad(lambda x: jnp.sum(hj.allgather(x) ** 2)))(w))
@@ -265,6 +270,15 @@ def test_jax_dim0_collectives():
         np.testing.assert_array_equal(o["a2a_eager"][1], [len(w) for w in want])
         np.testing.assert_array_equal(o["bc_jit"], a[1])
         np.testing.assert_array_equal(o["bc_eager"], a[1])
+        f_sum = np.arange(8.0).reshape(4, 2) * 3
+        np.testing.assert_array_equal(o["grs"]["f"], f_sum[2 * r:2 * r + 2])
+        i_sum = 2 * np.arange(3) + 1  # 3 rows over 2 ranks: 2 and 1
+        np.testing.assert_array_equal(o["grs"]["i"], i_sum[:2] if r == 0 else i_sum[2:])
+        np.testing.assert_array_equal(o["gag"]["f"], np.concatenate(
+            [np.arange(8.0).reshape(4, 2), 2 * np.arange(8.0).reshape(4, 2)]))
+        np.testing.assert_array_equal(o["gag"]["i"], [0, 1, 2, 1, 2, 3])
+        np.testing.assert_array_equal(o["gbc"]["f"], 2 * np.arange(8.0).reshape(4, 2))
+        np.testing.assert_array_equal(o["gbc"]["i"], [1, 2, 3])
         # sum_r' sum(allgather(x)^2): d/dx_r = N * 2 x_r
         np.testing.assert_array_equal(o["g_ag"], N * 2 * (np.arange(4.0).reshape(2, 2) + r))
         # sum_r' (r'+1) * reducescatter(x)_r': d/dx_r = row weights (r'+1) of the owner
@@ -414,7 +428,7 @@ def test_jax_distributed_optimizer_matches_single_process():
 
 def test_jax_digits_example_trains_to_95_percent():
     pytest.importorskip("sklearn", reason="the digits example needs scikit-learn")
-    proc = launch(N, ROOT / "examples" / "jax_digits.py", timeout=240)
+    proc = launch(N, ROOT / "examples" / "jax_digits.py", ["--epochs", "15"], timeout=240)
     assert proc.returncode == 0, proc.stdout[-4000:]
     line = [ln for ln in proc.stdout.splitlines() if ln.startswith("test accuracy:")]
     assert len(line) == 1, proc.stdout[-4000:]  # printed by rank 0 only

@@ -43,8 +43,10 @@ from ..basics import (Adasum, Average, HorovodInternalError, Max, Min, Product, 
                       nccl_built, rank, shutdown, size)
 from ..process_sets import (ProcessSet, add_process_set, global_process_set,  # noqa: F401
                             remove_process_set)
+from ..objects import allgather_object, broadcast_object  # noqa: F401
+from ..ops import barrier, join  # noqa: F401
 from .compression import Compression  # noqa: F401
-from .ops import (allgather, allreduce, alltoall, broadcast, grouped_allreduce,  # noqa: F401
-                  reducescatter)
+from .ops import (allgather, allreduce, alltoall, broadcast, grouped_allgather,  # noqa: F401
+                  grouped_allreduce, grouped_reducescatter, reducescatter)
 from .optimizer import (DistributedOptimizer, allreduce_gradients,  # noqa: F401
                         broadcast_optimizer_state, broadcast_parameters)

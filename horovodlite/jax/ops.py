@@ -27,8 +27,8 @@ from ..process_sets import _set_id, global_process_set
 from . import _primitive as P
 from .compression import Compression
 
-__all__ = ["allreduce", "grouped_allreduce", "allgather", "broadcast", "reducescatter",
-           "alltoall"]
+__all__ = ["allreduce", "grouped_allreduce", "allgather", "grouped_allgather", "broadcast",
+           "reducescatter", "grouped_reducescatter", "alltoall"]
 
 
 def _flatten(tree):
@@ -104,15 +104,24 @@ def grouped_allreduce(tensors, average=None, name=None, compression=Compression.
 def allgather(tensor, name=None, process_set=global_process_set):
     """Concatenates along dim 0 across ranks (each leaf of a pytree, as one group).
     Under jit every rank must pass the same first dimension."""
+    return _allgather(tensor, "allgather", name, process_set, grouped=None)
+
+
+def grouped_allgather(tensors, name=None, process_set=global_process_set):
+    """A list (or pytree) allgathered as one unit."""
+    return _allgather(tensors, "grouped_allgather", name, process_set, grouped=True)
+
+
+def _allgather(tensor, kind, name, process_set, grouped):
     leaves, treedef = _flatten(tensor)
     if not leaves:
         return tensor
-    _check_dtypes(leaves, False, "allgather")
+    _check_dtypes(leaves, False, kind)
     leaves = [x.reshape(1) if x.ndim == 0 else x for x in leaves]  # a scalar is one row
     ps = _set_id(process_set)
     size, _ = P.set_size_rank(ps)
-    outs = _run(leaves, P.ALLGATHER, auto_name("allgather", name, process_set), process_set=ps,
-                out_dim0s=[size * x.shape[0] for x in leaves])
+    outs = _run(leaves, P.ALLGATHER, auto_name(kind, name, process_set), process_set=ps,
+                grouped=grouped, out_dim0s=[size * x.shape[0] for x in leaves])
     return treedef.unflatten(outs)
 
 
@@ -133,26 +142,41 @@ def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
     return treedef.unflatten(outs)
 
 
-def reducescatter(tensor, op=Average, name=None, process_set=global_process_set,
-                  prescale_factor=1.0, postscale_factor=1.0):
+def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
+                  process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0):
     """Reduces, then rank r keeps its dim-0 slice (the first dim0 % size ranks get one
     extra row). Pytrees go as one group."""
+    return _reducescatter(tensor, "reducescatter", name, compression, op, process_set,
+                          prescale_factor, postscale_factor, grouped=None)
+
+
+def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=Average,
+                          process_set=global_process_set, prescale_factor=1.0,
+                          postscale_factor=1.0):
+    """A list (or pytree) reduce-scattered as one unit."""
+    return _reducescatter(tensors, "grouped_reducescatter", name, compression, op, process_set,
+                          prescale_factor, postscale_factor, grouped=True)
+
+
+def _reducescatter(tensor, kind, name, compression, op, process_set, prescale, postscale,
+                   grouped):
     op = resolve_op(op, None)
     leaves, treedef = _flatten(tensor)
     if not leaves:
         return tensor
-    _check_dtypes(leaves, True, "reducescatter")
+    _check_dtypes(leaves, True, kind)
     for x in leaves:
         if x.ndim == 0:
-            raise ValueError("horovodlite: reducescatter needs arrays with at least one "
-                             "dimension (got a scalar)")
+            raise ValueError(f"horovodlite: {kind} needs arrays with at least one dimension "
+                             "(got a scalar)")
     ps = _set_id(process_set)
     size, rank = P.set_size_rank(ps)
-    outs = _run(leaves, P.REDUCESCATTER, auto_name("reducescatter", name, process_set),
-                reduce_op=op,
-                prescale=prescale_factor, postscale=postscale_factor, process_set=ps,
+    wire, ctxs = zip(*[compression.compress(x) for x in leaves])
+    outs = _run(list(wire), P.REDUCESCATTER, auto_name(kind, name, process_set),
+                grouped=grouped, reduce_op=op, prescale=prescale, postscale=postscale,
+                process_set=ps,
                 out_dim0s=[P.reducescatter_rows(x.shape[0], size, rank) for x in leaves])
-    return treedef.unflatten(outs)
+    return treedef.unflatten([compression.decompress(o, c) for o, c in zip(outs, ctxs)])
 
 
 def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
