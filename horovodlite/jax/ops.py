@@ -24,7 +24,9 @@ from ..basics import Average, Sum
 from ..handles import auto_name
 from ..ops import resolve_op
 from ..process_sets import _set_id, global_process_set
-from . import _primitive as P
+from . import _eager, _rules  # noqa: F401 - _rules registers autodiff and vmap rules
+from . import _kinds as K
+from ._primitive import bind
 from .compression import Compression
 
 __all__ = ["allreduce", "grouped_allreduce", "allgather", "grouped_allgather", "broadcast",
@@ -43,7 +45,7 @@ def _traced(leaves):
 
 def _check_dtypes(leaves, reducible, what):
     for x in leaves:
-        P.code_of(x, reducible, what)
+        K.code_of(x, reducible, what)
 
 
 def _run(leaves, kind, name, *, grouped=None, out_dim0s=None, **kw):
@@ -52,12 +54,12 @@ def _run(leaves, kind, name, *, grouped=None, out_dim0s=None, **kw):
     if grouped is None:
         grouped = len(leaves) > 1
     if _traced(leaves):
-        return P.bind(leaves, kind, name, out_dim0s=out_dim0s, grouped=grouped, **kw)
+        return bind(leaves, kind, name, out_dim0s=out_dim0s, grouped=grouped, **kw)
     params = dict(reduce_op=Sum, prescale=1.0, postscale=1.0, root=-1, process_set=0,
                   splits=())
     params.update(kw)
     params["splits"] = tuple(params["splits"])
-    return P._impl(*leaves, kind=kind, name=name, out_dim0s=(None,) * len(leaves),
+    return _eager.impl(*leaves, kind=kind, name=name, out_dim0s=(None,) * len(leaves),
                    grouped=grouped, **params)
 
 
@@ -82,7 +84,7 @@ def _allreduce_leaves(leaves, base, op, compression, prescale, postscale, proces
         w, c = compression.compress(x)
         wire.append(w)
         ctxs.append(c)
-    outs = _run(wire, P.ALLREDUCE, base, grouped=grouped, reduce_op=op, prescale=prescale,
+    outs = _run(wire, K.ALLREDUCE, base, grouped=grouped, reduce_op=op, prescale=prescale,
                 postscale=postscale, process_set=_set_id(process_set))
     return [compression.decompress(o, c) for o, c in zip(outs, ctxs)]
 
@@ -119,8 +121,8 @@ def _allgather(tensor, kind, name, process_set, grouped):
     _check_dtypes(leaves, False, kind)
     leaves = [x.reshape(1) if x.ndim == 0 else x for x in leaves]  # a scalar is one row
     ps = _set_id(process_set)
-    size, _ = P.set_size_rank(ps)
-    outs = _run(leaves, P.ALLGATHER, auto_name(kind, name, process_set), process_set=ps,
+    size, _ = K.set_size_rank(ps)
+    outs = _run(leaves, K.ALLGATHER, auto_name(kind, name, process_set), process_set=ps,
                 grouped=grouped, out_dim0s=[size * x.shape[0] for x in leaves])
     return treedef.unflatten(outs)
 
@@ -133,11 +135,11 @@ def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
         return tensor
     _check_dtypes(leaves, False, "broadcast")
     ps = _set_id(process_set)
-    size, _ = P.set_size_rank(ps)
+    size, _ = K.set_size_rank(ps)
     root, err = _np_ops._root_in_set(root_rank, process_set)
     if err or not 0 <= root < size:
         raise ValueError(f"horovodlite: broadcast: {err or f'root_rank {root_rank} is out of range for a process set of size {size}'}")
-    outs = _run(leaves, P.BROADCAST, auto_name("broadcast", name, process_set), root=root,
+    outs = _run(leaves, K.BROADCAST, auto_name("broadcast", name, process_set), root=root,
                 process_set=ps)
     return treedef.unflatten(outs)
 
@@ -170,12 +172,12 @@ def _reducescatter(tensor, kind, name, compression, op, process_set, prescale, p
             raise ValueError(f"horovodlite: {kind} needs arrays with at least one dimension "
                              "(got a scalar)")
     ps = _set_id(process_set)
-    size, rank = P.set_size_rank(ps)
+    size, rank = K.set_size_rank(ps)
     wire, ctxs = zip(*[compression.compress(x) for x in leaves])
-    outs = _run(list(wire), P.REDUCESCATTER, auto_name(kind, name, process_set),
+    outs = _run(list(wire), K.REDUCESCATTER, auto_name(kind, name, process_set),
                 grouped=grouped, reduce_op=op, prescale=prescale, postscale=postscale,
                 process_set=ps,
-                out_dim0s=[P.reducescatter_rows(x.shape[0], size, rank) for x in leaves])
+                out_dim0s=[K.reducescatter_rows(x.shape[0], size, rank) for x in leaves])
     return treedef.unflatten([compression.decompress(o, c) for o, c in zip(outs, ctxs)])
 
 
@@ -184,17 +186,17 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
     (output, received_splits). Under jit only equal splits are possible."""
     if not isinstance(tensor, (jax.Array, np.ndarray)):
         tensor = jnp.asarray(tensor)
-    P.code_of(tensor, False, "alltoall")
+    K.code_of(tensor, False, "alltoall")
     if tensor.ndim == 0:
         raise ValueError("horovodlite: alltoall needs an array with at least one dimension")
     ps = _set_id(process_set)
-    size, _ = P.set_size_rank(ps)
+    size, _ = K.set_size_rank(ps)
     base = auto_name("alltoall", name, process_set)
     if not _traced([tensor]) and not isinstance(splits, jax.core.Tracer):
         sp = None if splits is None else [int(s) for s in np.asarray(splits)]
         out, received = _np_ops.alltoall(np.asarray(tensor), splits=sp, name=base,
-                                         process_set=P._process_set(ps))
-        return P.to_jax(out), jnp.asarray(received)
+                                         process_set=_eager.process_set_of(ps))
+        return _eager.to_jax(out), jnp.asarray(received)
     if splits is not None:
         sp = np.asarray(splits)  # raises for traced splits: shapes must be static
         if len(set(sp.tolist())) > 1 or int(sp.sum()) != tensor.shape[0]:
@@ -203,5 +205,5 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
     if tensor.shape[0] % size:
         raise ValueError(f"horovodlite: alltoall under jax.jit needs the first dimension "
                          f"({tensor.shape[0]}) divisible by the set size ({size})")
-    out, = P.bind([tensor], P.ALLTOALL, base, process_set=ps, grouped=False)
+    out, = bind([tensor], K.ALLTOALL, base, process_set=ps, grouped=False)
     return out, jnp.full((size,), tensor.shape[0] // size, dtype=jnp.int32)
