@@ -12,6 +12,7 @@
 #include "../engine/output_pool.h"
 #include "../reduce/identity.h"
 #include "../reduce/reduce.h"
+#include "jax_ffi.h"
 
 namespace py = pybind11;
 using namespace hvdl;
@@ -157,5 +158,8 @@ PYBIND11_MODULE(_core, m) {
   m.def("fill_identity", [](uintptr_t buf, size_t n, int dt, int op) {
     fill_identity(as_ptr(buf), n, static_cast<DataType>(dt), static_cast<ReduceOp>(op));
   });
+  // XLA FFI handler for horovodlite.jax (registered from Python with jax.ffi).
+  m.def("jax_ffi_handler", [] { return py::capsule(jax_ffi_handler(), static_cast<const char*>(nullptr)); });
+
   m.def("reduce_isa", [] { return std::string(reduce_isa()); });
 }
