@@ -41,20 +41,24 @@ void ring_allreduce(Transport& t, const Reducer& red, void* buf, size_t count, D
     char* rptr = base + block_offset(count, n, rb) * es;
     const size_t scount = block_count(count, n, sb), rcount = block_count(count, n, rb);
     // Both neighbours cut their blocks into the same segments, so segment k of what
-    // we send lines up with segment k of what the left neighbour sends us.
-    const size_t nseg = std::max((scount + seg - 1) / seg, (rcount + seg - 1) / seg);
+    // we send lines up with segment k of what the left neighbour sends us. Messages
+    // exist only for segments of the block itself: the right neighbour counts what it
+    // receives from the same block size, so an empty block (count < N) sends nothing.
+    const size_t ssegs = (scount + seg - 1) / seg, rsegs = (rcount + seg - 1) / seg;
+    const size_t nseg = std::max(ssegs, rsegs);
     auto seg_len = [&](size_t total, size_t k) {
       size_t off = k * seg;
       return off >= total ? size_t(0) : std::min(seg, total - off);
     };
     std::vector<Transport::Op> recvs(nseg);
     auto post = [&](size_t k) {
-      recvs[k] = t.irecv(left, slots + (k % 2) * seg * es, seg_len(rcount, k) * es);
-      t.isend(right, sptr + k * seg * es, seg_len(scount, k) * es);
+      if (k < rsegs) recvs[k] = t.irecv(left, slots + (k % 2) * seg * es, seg_len(rcount, k) * es);
+      if (k < ssegs) t.isend(right, sptr + k * seg * es, seg_len(scount, k) * es);
     };
     if (nseg > 0) post(0);
     for (size_t k = 0; k < nseg; ++k) {
       if (k + 1 < nseg) post(k + 1);
+      if (k >= rsegs) continue;
       t.wait(recvs[k]);
       red.reduce(rptr + k * seg * es, slots + (k % 2) * seg * es, seg_len(rcount, k), dt, op);
     }
