@@ -37,6 +37,12 @@ __all__ = [
 ]
 
 
+def _differentiable(tensor, what):
+    """Whether a call on `tensor` should record a gradient (TypeError for non-tensors)."""
+    check_tensor(tensor, what)
+    return tensor.requires_grad and torch.is_grad_enabled()
+
+
 def _op_name(kind, name):
     return auto_name(kind, None) if name is None else f"{kind}.{name}"
 
@@ -156,8 +162,9 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
     tensor, bitwise identical on every rank. Differentiable."""
     _topology()
     op = resolve_op(op, average)
+    check_tensor(tensor, "allreduce")
     compressed, cctx = compression.compress(tensor)
-    if compressed.requires_grad and torch.is_grad_enabled():
+    if _differentiable(compressed, "allreduce"):
         out = HorovodAllreduce.apply(compressed, name, op, prescale_factor, postscale_factor,
                                      process_set)
     else:
@@ -219,7 +226,7 @@ def grouped_allreduce(tensors, average=None, name=None, compression=Compression.
     """Reduces a list of tensors as one unit (negotiated together, fused). Differentiable."""
     _topology()
     op = resolve_op(op, average)
-    pairs = [compression.compress(t) for t in tensors]
+    pairs = [compression.compress(check_tensor(t, "grouped_allreduce")) for t in tensors]
     compressed = [c for c, _ in pairs]
     if torch.is_grad_enabled() and any(t.requires_grad for t in compressed):
         outs = HorovodGroupedAllreduce.apply(name, op, prescale_factor, postscale_factor,
@@ -275,7 +282,7 @@ class HorovodAllgather(torch.autograd.Function):
 def allgather(tensor, name=None, process_set=global_process_set):
     """Concatenation of `tensor` from every rank along dim 0. Differentiable."""
     _topology()
-    if tensor.requires_grad and torch.is_grad_enabled():
+    if _differentiable(tensor, "allgather"):
         return HorovodAllgather.apply(tensor, name, process_set)
     return synchronize(allgather_async(tensor, name, process_set))
 
@@ -306,7 +313,7 @@ class HorovodGroupedAllgather(torch.autograd.Function):
 
 def grouped_allgather(tensors, name=None, process_set=global_process_set):
     _topology()
-    tensors = list(tensors)
+    tensors = [check_tensor(t, "grouped_allgather") for t in tensors]
     if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
         return list(HorovodGroupedAllgather.apply(name, process_set, *tensors))
     return synchronize(grouped_allgather_async(tensors, name, process_set))
@@ -361,7 +368,7 @@ class HorovodBroadcast(torch.autograd.Function):
 def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
     """The root's `tensor` on every rank, as a new tensor. Differentiable."""
     _topology()
-    if tensor.requires_grad and torch.is_grad_enabled():
+    if _differentiable(tensor, "broadcast"):
         return HorovodBroadcast.apply(tensor, root_rank, name, process_set)
     return synchronize(broadcast_async(tensor, root_rank, name, process_set))
 
@@ -417,7 +424,7 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
     concatenates what arrives. Like Horovod: returns the output alone when `splits` is
     None, else (output, received_splits). Differentiable."""
     _topology()
-    if tensor.requires_grad and torch.is_grad_enabled():
+    if _differentiable(tensor, "alltoall"):
         out, received = HorovodAlltoall.apply(tensor, splits, name, process_set)
     else:
         out, received = synchronize(alltoall_async(tensor, splits, name, process_set))
@@ -472,8 +479,9 @@ def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
     dim0 % size ranks get one extra row). Differentiable."""
     _topology()
     op = resolve_op(op, None)
+    check_tensor(tensor, "reducescatter")
     compressed, cctx = compression.compress(tensor)
-    if compressed.requires_grad and torch.is_grad_enabled():
+    if _differentiable(compressed, "reducescatter"):
         out = HorovodReducescatter.apply(compressed, name, op, process_set, prescale_factor,
                                          postscale_factor)
     else:
@@ -497,7 +505,7 @@ def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=glob
 def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=Average,
                           process_set=global_process_set, prescale_factor=1.0,
                           postscale_factor=1.0):
-    tensors = list(tensors)
+    tensors = [check_tensor(t, "grouped_reducescatter") for t in tensors]
     if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
         return [reducescatter(t, _sub_name(name, str(i)), compression, op, process_set,
                               prescale_factor, postscale_factor) for i, t in enumerate(tensors)]

@@ -109,10 +109,12 @@ class _DistributedOptimizer:
                 warnings.warn("optimizer.step() was called after optimizer.synchronize() "
                               "without optimizer.skip_synchronize(); the gradients are "
                               "already reduced, so step() uses them as they are")
-            elif not (closure is not None and not self._handles):
+            elif closure is None or self._handles:
                 self.synchronize()
-        self._synchronized = False
-        return super().step(closure)
+        try:
+            return super().step(closure)
+        finally:
+            self._synchronized = False
 
     def zero_grad(self, *args, **kwargs):
         pending = [self._names[p] for p, e in self._handles.items() if e[0] is not None]
