@@ -5,6 +5,7 @@
 #include "../common/dtype.h"
 #include "../transport/transport.h"
 #include "reducer.h"
+#include "ring.h"
 
 namespace hvdl {
 
@@ -13,8 +14,5 @@ namespace hvdl {
 // `scratch` is the caller's persistent receive buffer.
 void ring_allreduce(Transport& t, const Reducer& red, void* buf, size_t count, DataType dt,
                     ReduceOp op, double postscale, HostBuffer& scratch);
-
-// Bytes per pipelined segment (HOROVODLITE_RING_SEGMENT_BYTES, default 1 MiB).
-size_t ring_segment_bytes();
 
 }  // namespace hvdl
