@@ -36,19 +36,21 @@ def _same_on_all_ranks(values, what):
 
 
 @pytest.mark.parametrize("n", [2, 3])
-def test_allreduce_and_gradients(n):
-    res = _run(n, "(c.allreduce_cases(), c.allreduce_errors(), c.allreduce_autograd())")
-    for key in res[0][0]:
-        _same_on_all_ranks([r[0][key] for r in res], key)
+def test_collectives_and_gradients(n):
+    res = _run(n, "(c.allreduce_cases(), c.allreduce_errors(), c.allreduce_autograd(), "
+                  "c.gather_broadcast_cases(), c.gather_broadcast_autograd())")
+    for part in (0, 3):
+        for key in res[0][part]:
+            _same_on_all_ranks([r[part][key] for r in res], key)
     for r in res:
         assert "float" in r[1] and "mismatch.dtype" in r[1]  # names the tensor and dtypes
-        assert r[2] is True
+        assert r[2] is True and r[4] is True
 
 
 @pytest.mark.parametrize("n", [2, 3])
 def test_distributed_optimizer(n):
-    res = _run(n, "(c.training_equivalence(), c.optimizer_misuse(), c.sync_batch_norm())",
-               timeout=400)
+    res = _run(n, "(c.training_equivalence(), c.optimizer_misuse(), c.sync_batch_norm(), "
+                  "c.objects_and_state(), c.join_uneven())", timeout=400)
     eq = [r[0] for r in res]
     for key in eq[0]:
         diffs = [e[key][0] for e in eq]
@@ -56,3 +58,7 @@ def test_distributed_optimizer(n):
         _same_on_all_ranks([e[key][1] for e in eq], key)
     assert all(r[1] is True for r in res)
     _same_on_all_ranks([r[2] for r in res], "SyncBatchNorm training")
+    _same_on_all_ranks([r[3][0] for r in res], "training from broadcast state")
+    for i in range(len(res[0][3][1])):
+        _same_on_all_ranks([r[3][1][i] for r in res], "LBFGS state after broadcast")
+    _same_on_all_ranks([r[4] for r in res], "weights after join")

@@ -374,3 +374,205 @@ def sync_batch_norm():
     assert _max_diff(model, refm) < 1e-5, _max_diff(model, refm)
     torch.testing.assert_close(model.norm.running_var, refm.norm.running_var)
     return _params(model)
+
+
+# ---------------------------------------------------------------------------- other collectives
+
+def _rows(first, r, cols=3, dtype=torch.float64):
+    return (torch.arange(first * cols, dtype=torch.float64).reshape(first, cols) + 100 * r).to(dtype)
+
+
+def gather_broadcast_cases():
+    r, n = hvd.rank(), hvd.size()
+    out = {}
+    for dt in (torch.uint8, torch.int32, torch.int64, torch.float16, torch.bfloat16,
+               torch.float32, torch.float64, torch.bool):
+        x = _rows(r + 1, r, dtype=dt) if dt != torch.bool else torch.tensor([[r % 2 == 0]] * (r + 1))
+        y = hvd.allgather(x, name=f"ag.{dt}")
+        ref = torch.cat([_rows(q + 1, q, dtype=dt) if dt != torch.bool
+                         else torch.tensor([[q % 2 == 0]] * (q + 1)) for q in range(n)])
+        assert y.dtype == dt and torch.equal(y, ref), (dt, y, ref)
+        out[f"ag.{dt}"] = _np(y)
+        for root in (0, n - 1):
+            b = hvd.broadcast(x[:1].clone(), root_rank=root, name=f"bc.{dt}.{root}")
+            assert torch.equal(b, ref[sum(range(1, root + 1))][None]), (dt, root, b)
+    # scalars, empty rows on some ranks, non-contiguous, grouped
+    assert torch.equal(hvd.allgather(torch.tensor(float(r))), torch.arange(n, dtype=torch.float32))
+    e = hvd.allgather(torch.ones(r % 2, 2))
+    assert e.shape == (sum(q % 2 for q in range(n)), 2)
+    nc = _rows(3, r).t()
+    assert torch.equal(hvd.allgather(nc), torch.cat([_rows(3, q).t() for q in range(n)]))
+    g = hvd.grouped_allgather([_rows(1, r), torch.full((2,), r, dtype=torch.int64)])
+    assert torch.equal(g[1], torch.arange(n).repeat_interleave(2))
+    # broadcast_ in place (also non-contiguous), async forms
+    t = torch.full((2, 3), float(r))
+    assert hvd.broadcast_(t, root_rank=n - 1) is t and bool((t == n - 1).all())
+    nc = torch.full((3, 2), float(r)).t()
+    hvd.broadcast_(nc, root_rank=0)
+    assert bool((nc == 0).all())
+    h = hvd.broadcast_async(torch.full((4,), float(r)), root_rank=1)
+    assert bool((hvd.synchronize(h) == 1).all())
+    src = torch.full((4,), float(r))
+    hvd.synchronize(hvd.broadcast_async_(src, 1))
+    assert bool((src == 1).all())
+    x = torch.full((2,), float(r))
+    y = hvd.broadcast(x, root_rank=0)
+    assert bool((x == r).all()) and bool((y == 0).all())  # out of place leaves x alone
+    _expect_raises(hvd.HorovodInternalError, lambda: hvd.broadcast(torch.ones(2), root_rank=n),
+                   "root")
+    # alltoall, equal splits: rank r gets rows [2r, 2r+1] of every rank's tensor
+    a = torch.arange(2 * n, dtype=torch.float32) + 100 * r
+    y = hvd.alltoall(a)
+    assert isinstance(y, torch.Tensor)
+    assert torch.equal(y, torch.cat([torch.tensor([2.0 * r, 2.0 * r + 1]) + 100 * q
+                                     for q in range(n)]))
+    # explicit splits: rank r sends j+1 rows to rank j
+    rows = sum(j + 1 for j in range(n))
+    a = _rows(rows, r, cols=2)
+    y, recv = hvd.alltoall(a, splits=torch.tensor([j + 1 for j in range(n)]))
+    assert recv.tolist() == [r + 1] * n
+    start = sum(j + 1 for j in range(r))
+    assert torch.equal(y, torch.cat([_rows(rows, q, cols=2)[start:start + r + 1] for q in range(n)]))
+    _expect_raises(hvd.HorovodInternalError,
+                   lambda: hvd.alltoall(torch.ones(4), splits=[1] * (n + 1)), "splits")
+    # reducescatter: dim0 = 2n+1, so rank 0 gets one extra row
+    x = _rows(2 * n + 1, r, cols=2)
+    total = sum(_rows(2 * n + 1, q, cols=2) for q in range(n))
+    counts = [2 + (1 if q == 0 else 0) for q in range(n)]
+    off = sum(counts[:r])
+    ys = hvd.reducescatter(x, op=hvd.Sum)
+    assert torch.equal(ys, total[off:off + counts[r]]), (ys, total)
+    ya = hvd.reducescatter(x.float(), op=hvd.Average)
+    torch.testing.assert_close(ya, (total[off:off + counts[r]] / n).float())
+    gs = hvd.grouped_reducescatter([x, x[:n]], op=hvd.Sum)
+    assert torch.equal(gs[1], total[r:r + 1])
+    hvd.barrier()
+    return out
+
+
+def gather_broadcast_autograd():
+    r, n = hvd.rank(), hvd.size()
+    w = [torch.randn(sum(q + 1 for q in range(n)), 2, generator=torch.Generator().manual_seed(q),
+                     dtype=torch.float64) for q in range(n)]
+    # allgather: this rank's rows of the rank-averaged upstream gradient
+    x = torch.ones(r + 1, 2, dtype=torch.float64, requires_grad=True)
+    (hvd.allgather(x) * w[r]).sum().backward()
+    start = sum(q + 1 for q in range(r))
+    torch.testing.assert_close(x.grad, (sum(w) / n)[start:start + r + 1])
+    s = torch.tensor(2.0, dtype=torch.float64, requires_grad=True)
+    (hvd.allgather(s) * torch.arange(n)).sum().backward()
+    assert s.grad.shape == () and float(s.grad) == r
+    # broadcast: the rank-averaged upstream gradient on the root, zero elsewhere
+    for root in (0, n - 1):
+        x = torch.ones(3, dtype=torch.float64, requires_grad=True)
+        wr = [torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64) * (q + 1) for q in range(n)]
+        (hvd.broadcast(x, root_rank=root) * wr[r]).sum().backward()
+        torch.testing.assert_close(x.grad, sum(wr) / n if r == root else torch.zeros(3, dtype=torch.float64))
+    # alltoall: gradient returns along the received splits
+    rows = sum(j + 1 for j in range(n))
+    x = torch.zeros(rows, 2, dtype=torch.float64, requires_grad=True)
+    y, recv = hvd.alltoall(x, splits=[j + 1 for j in range(n)])
+    upstream = torch.arange(float(y.numel()), dtype=torch.float64).reshape(y.shape) + 1000 * r
+    (y * upstream).sum().backward()
+    # my row block j went to rank j, where it is rows [r(j+1), (r+1)(j+1)) of the output,
+    # whose upstream gradient there is arange(n(j+1)*2) + 1000 j
+    expect = torch.cat([(torch.arange(float(n * (j + 1) * 2), dtype=torch.float64)
+                         .reshape(-1, 2) + 1000 * j)[r * (j + 1):(r + 1) * (j + 1)]
+                        for j in range(n)])
+    torch.testing.assert_close(x.grad, expect)
+    # reducescatter: allgather of the gradient (/ size for Average)
+    for op, div in ((hvd.Sum, 1), (hvd.Average, n)):
+        x = torch.ones(2 * n, 2, dtype=torch.float64, requires_grad=True)
+        wr = [torch.full((2, 2), float(q + 1), dtype=torch.float64) for q in range(n)]
+        (hvd.reducescatter(x, op=op) * wr[r]).sum().backward()
+        torch.testing.assert_close(x.grad, torch.cat(wr) / div)
+    return True
+
+
+def objects_and_state():
+    """broadcast/allgather of objects; parameters and optimizer state from rank-dependent
+    starting points; then training agrees with one process started from the root's."""
+    r, n = hvd.rank(), hvd.size()
+    obj = hvd.broadcast_object({"rank": r, "list": list(range(r))}, root_rank=n - 1)
+    assert obj == {"rank": n - 1, "list": list(range(n - 1))}
+    assert hvd.allgather_object(("x", r)) == [("x", q) for q in range(n)]
+
+    def start(rank):
+        model = _net(seed=rank)
+        opt = torch.optim.Adam(model.parameters(), lr=0.01 * (rank + 1),
+                               betas=(0.9, 0.99 - 0.01 * rank))
+        g = torch.Generator().manual_seed(rank)
+        for _ in range(rank + 1):  # rank-dependent step counts
+            opt.zero_grad()
+            F.mse_loss(model(torch.randn(5, IN, generator=g, dtype=torch.float64)),
+                       torch.zeros(5, OUT, dtype=torch.float64)).backward()
+            opt.step()
+        return model, opt
+
+    model, opt = start(r)
+    opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters())
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    hvd.broadcast_optimizer_state(opt, root_rank=0)
+    ref, ropt = start(0)
+    assert _max_diff(model, ref) == 0
+    a, b = opt.state_dict(), ropt.state_dict()
+    assert a["param_groups"] == b["param_groups"]
+    for k in b["state"]:
+        for key, v in b["state"][k].items():
+            assert torch.equal(a["state"][k][key], v), (k, key)
+    data = _batches(3, 1, 3 * n, torch.float64)
+    _train(model, opt, data, slice(3 * r, 3 * r + 3), 1)
+    _train(ref, ropt, data, slice(None), 1)
+    assert _max_diff(model, ref) < 1e-12
+    # named_parameters() and lists work too; an empty root state empties the others'
+    m2 = _net(seed=r)
+    hvd.broadcast_parameters(m2.named_parameters(), root_rank=n - 1)
+    hvd.broadcast_parameters(list(m2.parameters()), root_rank=n - 1)
+    assert _max_diff(m2, _net(seed=n - 1)) == 0
+    o2 = torch.optim.SGD(m2.parameters(), lr=0.1 + r, momentum=0.9)
+    if r != n - 1:
+        m2(torch.ones(1, IN, dtype=torch.float64)).sum().backward()
+        o2.step()
+    hvd.broadcast_optimizer_state(o2, root_rank=n - 1)
+    assert len(o2.state) == 0 and o2.param_groups[0]["lr"] == 0.1 + n - 1
+    # LBFGS keeps lists of tensors in its state
+    lb = torch.optim.LBFGS(m2.parameters(), history_size=2, max_iter=2)
+
+    def closure():
+        lb.zero_grad()
+        loss = m2(torch.ones(2, IN, dtype=torch.float64) * (r + 1)).pow(2).sum()
+        loss.backward()
+        return loss
+
+    lb.step(closure)
+    hvd.broadcast_optimizer_state(lb, root_rank=0)
+    return _params(model), [t.numpy() for t in lb.state_dict()["state"][0]["old_dirs"]]
+
+
+def join_uneven():
+    """Rank r has r+2 batches; after its last one it joins. Plain SGD, so the expected
+    weights follow directly: at step k the ranks still training contribute, and the
+    average divides by the full size."""
+    r, n = hvd.rank(), hvd.size()
+    data = _batches(n + 1, 1, 3 * n, torch.float64)
+    x, y = data
+    model = _net()
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters())
+    for k in range(r + 2):
+        opt.zero_grad()
+        F.mse_loss(model(x[k, 0, 3 * r:3 * r + 3]), y[k, 0, 3 * r:3 * r + 3]).backward()
+        opt.step()
+    last = hvd.join()
+    assert last == n - 1, last
+    hvd.broadcast_parameters(model.state_dict(), root_rank=last)
+    ref = _net()
+    ropt = torch.optim.SGD(ref.parameters(), lr=0.1)
+    for k in range(n + 1):
+        ropt.zero_grad()
+        for q in range(n):
+            if k < q + 2:
+                (F.mse_loss(ref(x[k, 0, 3 * q:3 * q + 3]), y[k, 0, 3 * q:3 * q + 3]) / n).backward()
+        ropt.step()
+    assert _max_diff(model, ref) < 1e-12, _max_diff(model, ref)
+    return _params(model)

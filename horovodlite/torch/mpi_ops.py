@@ -16,9 +16,10 @@ Gradients (same conventions as Horovod):
 import torch
 
 from ..basics import Average, Max, Min, Product, Sum, _topology
+from ..basics import rank as _rank
 from ..handles import auto_name, poll, submit, synchronize
 from ..ops import (ALLGATHER, ALLREDUCE, ALLTOALL, BROADCAST, REDUCESCATTER, _GroupHandle,
-                   resolve_op)
+                   _root_in_set, _splits_list, resolve_op)
 from ..process_sets import _set_id, global_process_set
 from ._tensors import check_tensor, code_of, device_of, engine_output
 from .compression import Compression
@@ -243,6 +244,8 @@ def _allgather_submit(tensor, name, process_set, group="", group_size=0):
     what = f"allgather '{name}'"
     src, device = _prepare(tensor, what)
     code = code_of(src.dtype, what=what)
+    if src.dim() == 0:  # a scalar gathers as one row
+        src = src.reshape(1)
     dtype, dev = src.dtype, tensor.device
     return submit((tensor, src), lambda h: engine_output(h, dtype, dev), op=ALLGATHER,
                   name=name, input=src.data_ptr(), output=0, dtype=code, shape=list(src.shape),
@@ -269,14 +272,15 @@ def _my_slice(grad, dim0, name, process_set):
 class HorovodAllgather(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, name, process_set):
-        ctx.dim0, ctx.args = tensor.shape[0], (name, process_set)
+        ctx.shape, ctx.args = tensor.shape, (name, process_set)
         return synchronize(allgather_async(tensor, name, process_set))
 
     @staticmethod
     def backward(ctx, grad):
         name, ps = ctx.args
         reduced = allreduce(grad, name=_sub_name(name, "grad"), op=Average, process_set=ps)
-        return _my_slice(reduced, ctx.dim0, name, ps), None, None
+        dim0 = ctx.shape[0] if len(ctx.shape) else 1
+        return _my_slice(reduced, dim0, name, ps).reshape(ctx.shape), None, None
 
 
 def allgather(tensor, name=None, process_set=global_process_set):
@@ -299,7 +303,7 @@ def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
 class HorovodGroupedAllgather(torch.autograd.Function):
     @staticmethod
     def forward(ctx, name, process_set, *tensors):
-        ctx.dims, ctx.args = [t.shape[0] for t in tensors], (name, process_set)
+        ctx.shapes, ctx.args = [t.shape for t in tensors], (name, process_set)
         return tuple(synchronize(grouped_allgather_async(tensors, name, process_set)))
 
     @staticmethod
@@ -307,8 +311,9 @@ class HorovodGroupedAllgather(torch.autograd.Function):
         name, ps = ctx.args
         reduced = grouped_allreduce(list(grads), name=_sub_name(name, "grad"), op=Average,
                                     process_set=ps)
-        return (None, None, *[_my_slice(g, d, _sub_name(name, f"{i}"), ps)
-                              for i, (g, d) in enumerate(zip(reduced, ctx.dims))])
+        return (None, None, *[_my_slice(g, shape[0] if len(shape) else 1,
+                                        _sub_name(name, f"{i}"), ps).reshape(shape)
+                              for i, (g, shape) in enumerate(zip(reduced, ctx.shapes))])
 
 
 def grouped_allgather(tensors, name=None, process_set=global_process_set):
@@ -325,14 +330,15 @@ def _broadcast_submit(tensor, in_place, root_rank, name, process_set):
     what = f"broadcast '{name}'"
     src, device = _prepare(tensor, what)
     code = code_of(src.dtype, what=what)
+    root, err = _root_in_set(root_rank, process_set)
     if in_place:
         dst, finish = _in_place_target(tensor, src)
     else:
         dst = torch.empty_like(src)
         finish = lambda h: dst  # noqa: E731
     return submit((tensor, src, dst), finish, op=BROADCAST, name=name, input=src.data_ptr(),
-                  output=dst.data_ptr(), dtype=code, shape=list(src.shape), root=int(root_rank),
-                  device=device, process_set=_set_id(process_set))
+                  output=dst.data_ptr(), dtype=code, shape=list(src.shape), root=root,
+                  device=device, process_set=_set_id(process_set), error=err)
 
 
 def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
@@ -360,7 +366,7 @@ class HorovodBroadcast(torch.autograd.Function):
     def backward(ctx, grad):
         root, name, ps = ctx.args
         g = allreduce(grad, name=_sub_name(name, "grad"), op=Average, process_set=ps)
-        if ps.rank() != root:
+        if _rank() != root:  # root_rank is a global rank, as in Horovod
             g = torch.zeros_like(g)
         return g, None, None, None
 
@@ -375,14 +381,6 @@ def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
 
 # ---------------------------------------------------------------------------- alltoall
 
-def _splits_list(splits):
-    if splits is None:
-        return []
-    if isinstance(splits, torch.Tensor):
-        return [int(s) for s in splits.flatten().tolist()]
-    return [int(s) for s in splits]
-
-
 def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
     """Starts an alltoall; synchronize(handle) returns (output, received_splits)."""
     _topology()
@@ -391,6 +389,9 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
     src, device = _prepare(tensor, what)
     code = code_of(src.dtype, what=what)
     dtype, dev = src.dtype, tensor.device
+    if isinstance(splits, torch.Tensor):
+        splits = splits.detach().cpu().numpy()
+    split_list, err = _splits_list(splits, process_set)
 
     def finish(h):
         from .._loader import _core
@@ -399,7 +400,7 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
         return engine_output(h, dtype, dev), received
 
     return submit((tensor, src), finish, op=ALLTOALL, name=name, input=src.data_ptr(),
-                  output=0, dtype=code, shape=list(src.shape), splits=_splits_list(splits),
+                  output=0, dtype=code, shape=list(src.shape), splits=split_list, error=err,
                   device=device, process_set=_set_id(process_set))
 
 
