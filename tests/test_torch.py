@@ -50,7 +50,8 @@ def test_collectives_and_gradients(n):
 @pytest.mark.parametrize("n", [2, 3])
 def test_distributed_optimizer(n):
     res = _run(n, "(c.training_equivalence(), c.optimizer_misuse(), c.sync_batch_norm(), "
-                  "c.objects_and_state(), c.join_uneven())", timeout=400)
+                  "c.objects_and_state(), c.join_uneven(), c.sparse_equivalence())",
+               timeout=400)
     eq = [r[0] for r in res]
     for key in eq[0]:
         diffs = [e[key][0] for e in eq]
@@ -62,3 +63,5 @@ def test_distributed_optimizer(n):
     for i in range(len(res[0][3][1])):
         _same_on_all_ranks([r[3][1][i] for r in res], "LBFGS state after broadcast")
     _same_on_all_ranks([r[4] for r in res], "weights after join")
+    for key in res[0][5]:
+        _same_on_all_ranks([r[5][key] for r in res], key)

@@ -576,3 +576,38 @@ def join_uneven():
         ropt.step()
     assert _max_diff(model, ref) < 1e-12, _max_diff(model, ref)
     return _params(model)
+
+
+def sparse_equivalence():
+    """Sparse embedding gradients: allgathered as indices + values (SparseAdam, SGD), or
+    reduced dense with sparse_as_dense; against one process on the whole batch."""
+    r, n = hvd.rank(), hvd.size()
+    g = torch.Generator().manual_seed(11)
+    idx = torch.randint(0, 30, (3, 4 * n, 3), generator=g)
+    target = torch.randn(3, 4 * n, 5, generator=g, dtype=torch.float64)
+    out = {}
+    cases = {"SparseAdam": (lambda p: torch.optim.SparseAdam(p, lr=0.05), {}),
+             "SGD.sparse": (lambda p: torch.optim.SGD(p, lr=0.5), {}),
+             "Adam.sparse_as_dense": (lambda p: torch.optim.Adam(p, lr=0.05),
+                                      {"sparse_as_dense": True})}
+    for name, (make, kw) in cases.items():
+        torch.manual_seed(0)
+        model = nn.Embedding(30, 5, sparse=True).double()
+        ref = copy.deepcopy(model)
+        opt = hvd.DistributedOptimizer(make(model.parameters()),
+                                       named_parameters=model.named_parameters(), **kw)
+        ropt = make(ref.parameters())
+        sh = slice(4 * r, 4 * r + 4)
+        for s in range(3):
+            opt.zero_grad()
+            F.mse_loss(model(idx[s, sh]).sum(1), target[s, sh]).backward()
+            opt.step()
+            ropt.zero_grad()
+            F.mse_loss(ref(idx[s]).sum(1), target[s]).backward()
+            if kw.get("sparse_as_dense"):
+                ref.weight.grad = ref.weight.grad.to_dense()
+            ropt.step()
+        diff = _max_diff(model, ref)
+        assert diff < 1e-12, (name, diff)
+        out[name] = _params(model)
+    return out

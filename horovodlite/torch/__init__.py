@@ -5,7 +5,6 @@ Nothing here is compiled against torch: tensors reach the core as pointers, so e
 torch >= 2.1 works with the same installed package."""
 import torch as _torch
 
-from .. import basics as _basics
 from ..basics import (Adasum, Average, HorovodInternalError, Max, Min, Product, Sum,  # noqa: F401
                       ccl_built, cross_rank, cross_size, cuda_built, ddl_built, gloo_built,
                       gloo_enabled, init, is_homogeneous, is_initialized, local_rank,
@@ -40,5 +39,3 @@ def barrier(process_set=global_process_set):
 
     return horovodlite.barrier(process_set=process_set)
 
-
-del _basics

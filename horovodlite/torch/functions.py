@@ -3,6 +3,7 @@ import collections.abc
 
 import torch
 
+from ..basics import rank
 from ..handles import synchronize
 from ..process_sets import global_process_set
 from .mpi_ops import broadcast_async_
@@ -96,7 +97,7 @@ def broadcast_optimizer_state(optimizer, root_rank, process_set=global_process_s
     skeleton = _strip(optimizer.state_dict(), mine)
     skeleton = broadcast_object(skeleton, root_rank=root_rank,
                                 name="broadcast_optimizer_state", process_set=process_set)
-    is_root = process_set.rank() == root_rank
+    is_root = rank() == root_rank  # a global rank, as everywhere in Horovod
     tensors = []
     for slot in _slots(skeleton, []):
         if is_root:

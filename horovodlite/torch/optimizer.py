@@ -9,12 +9,12 @@ import weakref
 
 import torch
 
-from ..basics import Adasum, Average
+from ..basics import Adasum, Average, Sum
 from ..handles import synchronize as _wait
 from ..ops import resolve_op
 from ..process_sets import global_process_set
 from .compression import Compression
-from .mpi_ops import _allreduce_submit, _op_name, allreduce
+from .mpi_ops import _allreduce_submit, _op_name, allgather_async, allreduce
 
 _MISUSE_ZERO_GRAD = (
     "horovodlite: optimizer.zero_grad() was called after loss.backward() but before "
@@ -39,6 +39,7 @@ class _DistributedOptimizer:
         self._group_of, self._groups = _split_groups(groups, self._requires_update, self._names)
         self._handles = {}      # param -> (handle or None, compression ctx, grad tensor)
         self._group_ready = {}  # group index -> params whose gradient is final
+        self._sparse_seen = set()  # params whose gradient has been sparse
         self._should_synchronize = True
         self._synchronized = False
         self.set_backward_passes_per_step(backward_passes_per_step)
@@ -76,6 +77,9 @@ class _DistributedOptimizer:
         error = None
         for p, (handle, ctx, grad) in list(self._handles.items()):
             try:
+                if isinstance(handle, _SparseHandle):
+                    p.grad = handle.wait()
+                    continue
                 out = _wait(handle)
                 if out is not grad:
                     with torch.no_grad():
@@ -157,18 +161,28 @@ class _DistributedOptimizer:
             for i, q in enumerate(members):
                 self._handles[q] = self._submit(q, f"{base}.{i}", base, len(members))
 
-    def _final_grad(self, p):
+    def _final_grad(self, p, dense):
         if p.grad is None:
-            p.grad = torch.zeros_like(p)
+            # A parameter with sparse gradients on earlier steps takes part sparsely, as
+            # it does on the ranks that have a gradient (a rank that never saw one cannot
+            # know: give sparse parameters a gradient on every rank on the first step).
+            p.grad = (torch.sparse_coo_tensor(torch.zeros(p.dim(), 0, dtype=torch.int64),
+                                              torch.zeros(0, *p.shape[1:], dtype=p.dtype),
+                                              p.shape, check_invariants=False)
+                      if p in self._sparse_seen and not dense else torch.zeros_like(p))
         elif p.grad.is_sparse:
-            # Dense on the wire: sparse_as_dense, and (for now) sparse gradients too.
-            p.grad = p.grad.to_dense()
+            if dense:
+                p.grad = p.grad.to_dense()
         elif not p.grad.is_contiguous():
             p.grad = p.grad.contiguous()
         return p.grad
 
     def _submit(self, p, name=None, group="", group_size=0):
-        grad = self._final_grad(p)
+        grad = self._final_grad(p, dense=self.sparse_as_dense or bool(group))
+        if grad.is_sparse:
+            self._sparse_seen.add(p)
+            return _SparseHandle(grad, _op_name("allreduce", self._names[p]), self.op,
+                                 self.process_set), None, grad
         compressed, ctx = self._compression.compress(grad)
         if self.op == Average:
             # the core divides by the set size; predivide splits that around the sum
@@ -191,6 +205,29 @@ class _DistributedOptimizer:
             return loss
 
         return wrapped
+
+
+class _SparseHandle:
+    """A sparse gradient's reduction: every rank's indices and values are allgathered
+    (in rank order, so the result is the same everywhere) and form one uncoalesced
+    sparse tensor; Average divides the values by the set size."""
+
+    def __init__(self, grad, name, op, process_set):
+        if op not in (Average, Sum):
+            raise ValueError(f"horovodlite: sparse gradient '{name}' can only be averaged or "
+                             "summed; pass sparse_as_dense=True for other ops")
+        grad = grad.coalesce()
+        self.shape, self.op, self.size = grad.shape, op, process_set.size()
+        self.indices = allgather_async(grad.indices().t().contiguous(), f"{name}.indices",
+                                       process_set)
+        self.values = allgather_async(grad.values(), f"{name}.values", process_set)
+
+    def wait(self):
+        values = _wait(self.values)
+        indices = _wait(self.indices).t()
+        if self.op == Average:
+            values = values / self.size
+        return torch.sparse_coo_tensor(indices, values, self.shape, check_invariants=False)
 
 
 def _parameter_names(param_groups, named_parameters):
@@ -260,7 +297,8 @@ _classes = {}
 
 def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
                          backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0,
-                         groups=None, sparse_as_dense=False, process_set=global_process_set):
+                         num_groups=0, groups=None, sparse_as_dense=False,
+                         process_set=global_process_set):
     """Wraps a torch optimizer so that each gradient is averaged (or reduced with `op`)
     over the ranks before step(). Returns an instance of the optimizer's own class that
     shares its param_groups and state.
@@ -273,6 +311,9 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
         size/factor after.
     groups: a number of groups, or lists of parameters, each reduced as one unit.
     sparse_as_dense: reduce sparse gradients as dense tensors."""
+    if num_groups:
+        warnings.warn("num_groups is deprecated; use groups=", DeprecationWarning)
+        groups = groups or num_groups
     if isinstance(optimizer, _DistributedOptimizer):
         raise ValueError("horovodlite: this optimizer is already a DistributedOptimizer")
     op = resolve_op(op, None)
