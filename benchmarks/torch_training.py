@@ -111,7 +111,7 @@ def main():
     ex = _example()
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--worker", choices=["hvdl", "ddp"], help=argparse.SUPPRESS)
-    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--no-pin", dest="pin", action="store_false")
     ap.add_argument("--timeout", type=int, default=600)
     own, rest = ap.parse_known_args()
@@ -134,12 +134,16 @@ def main():
                 runs[(tag, n)].append(per_rank * n)
                 print(f"  repeat {rep + 1}: {tag:12s} np={n}: {per_rank * n:7.2f} img/s total",
                       flush=True)
-    print(f"\n{'':12s} {'np=1 img/s':>11s} {'np=2 img/s':>11s} {'efficiency':>11s}")
-    for tag in ("horovodlite", "ddp-gloo"):
-        one, two = statistics.median(runs[(tag, 1)]), statistics.median(runs[(tag, 2)])
-        print(f"{tag:12s} {one:11.2f} {two:11.2f} {two / (2 * one):11.3f}")
-    h2, d2 = statistics.median(runs[("horovodlite", 2)]), statistics.median(runs[("ddp-gloo", 2)])
-    print(f"\nhorovodlite / ddp-gloo at np=2: {h2 / d2:.3f}x")
+    # On a shared machine other tenants only ever slow a run down, so the best of the
+    # repeats is the least disturbed figure; the median is shown beside it.
+    for label, pick in (("median", statistics.median), ("best", max)):
+        print(f"\n{label + ' of runs':12s} {'np=1 img/s':>11s} {'np=2 img/s':>11s} "
+              f"{'efficiency':>11s}")
+        for tag in ("horovodlite", "ddp-gloo"):
+            one, two = pick(runs[(tag, 1)]), pick(runs[(tag, 2)])
+            print(f"{tag:12s} {one:11.2f} {two:11.2f} {two / (2 * one):11.3f}")
+        h2, d2 = pick(runs[("horovodlite", 2)]), pick(runs[("ddp-gloo", 2)])
+        print(f"horovodlite / ddp-gloo at np=2: {h2 / d2:.3f}x")
 
 
 if __name__ == "__main__":

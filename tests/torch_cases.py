@@ -2,7 +2,6 @@
 launch, checks what it can locally against a single-process reference, and returns
 values the test compares across ranks (bitwise where the contract says so)."""
 import copy
-import math
 
 import numpy as np
 import torch
@@ -297,7 +296,6 @@ def training_equivalence():
 
 
 def optimizer_misuse():
-    r, n = hvd.rank(), hvd.size()
     m = _net()
     sgd = torch.optim.SGD(m.parameters(), lr=0.1)
     named = list(m.named_parameters())

@@ -1,6 +1,7 @@
 """Compression.none / fp16 / bf16 for torch tensors (casts are differentiable)."""
 import torch
 
+# Compressor / NoneCompressor are re-exported under Horovod's names.
 from ..compression import Compressor, NoneCompressor, make_compression  # noqa: F401
 
 Compression = make_compression(

@@ -9,7 +9,7 @@ import weakref
 
 import torch
 
-from ..basics import Adasum, Average, Sum
+from ..basics import Adasum, Average, Sum, _topology
 from ..handles import synchronize as _wait
 from ..ops import resolve_op
 from ..process_sets import global_process_set
@@ -36,7 +36,7 @@ class _DistributedOptimizer:
         self._names = _parameter_names(self.param_groups, named_parameters)
         params = [p for g in self.param_groups for p in g["params"]]
         self._requires_update = [p for p in params if p.requires_grad]
-        self._group_of, self._groups = _split_groups(groups, self._requires_update, self._names)
+        self._group_of, self._groups = _split_groups(groups, self._requires_update)
         self._handles = {}      # param -> (handle or None, compression ctx, grad tensor)
         self._group_ready = {}  # group index -> params whose gradient is final
         self._sparse_seen = set()  # params whose gradient has been sparse
@@ -116,7 +116,7 @@ class _DistributedOptimizer:
             elif closure is None or self._handles:
                 self.synchronize()
         try:
-            return super().step(closure)
+            return super().step() if closure is None else super().step(closure)
         finally:
             self._synchronized = False
 
@@ -257,7 +257,7 @@ def _parameter_names(param_groups, named_parameters):
     return {p: by_id[id(p)] for p in params}
 
 
-def _split_groups(groups, params, names):
+def _split_groups(groups, params):
     """groups: None, a number of groups (parameters split in order into that many), or
     lists of parameters; returns ({param: group index}, [[params of group]])."""
     if groups is None:
@@ -311,6 +311,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
         size/factor after.
     groups: a number of groups, or lists of parameters, each reduced as one unit.
     sparse_as_dense: reduce sparse gradients as dense tensors."""
+    _topology()  # like Horovod, which asks size() here: init() must come first
     if num_groups:
         warnings.warn("num_groups is deprecated; use groups=", DeprecationWarning)
         groups = groups or num_groups
