@@ -16,7 +16,7 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
     call order (not by the object's type, which may differ on non-root ranks)."""
     from .basics import rank
 
-    name = auto_name("broadcast_object", name)
+    name = auto_name("broadcast_object", name, process_set)
     if rank() == root_rank:
         payload = _to_bytes(obj).copy()
         size = np.array([payload.size], dtype=np.int64)
@@ -26,14 +26,13 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
     if rank() != root_rank:
         payload = np.empty(int(size[0]), dtype=np.uint8)
     broadcast_(payload, root_rank, name=f"{name}.data", process_set=process_set)
-    if rank() == root_rank:
-        return obj
+    # Every rank, the root included, gets its own copy (as in Horovod).
     return cloudpickle.loads(payload.tobytes())
 
 
 def allgather_object(obj, name=None, process_set=global_process_set):
     """Returns the list of every rank's `obj`, in rank order of the set."""
-    name = auto_name("allgather_object", name)
+    name = auto_name("allgather_object", name, process_set)
     payload = _to_bytes(obj)
     sizes = allgather(np.array([payload.size], dtype=np.int64), name=f"{name}.size",
                       process_set=process_set)

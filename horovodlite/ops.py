@@ -56,8 +56,8 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
                     postscale_factor=1.0, process_set=global_process_set):
     _topology()
     op = resolve_op(op, average)
-    src = np.ascontiguousarray(tensor)
-    return _allreduce_submit(src, np.empty_like(src), auto_name("allreduce", name), op,
+    src = np.asarray(tensor, order="C")  # keeps 0-d (ascontiguousarray makes it 1-d)
+    return _allreduce_submit(src, np.empty_like(src), auto_name("allreduce", name, process_set), op,
                              prescale_factor, postscale_factor, process_set)
 
 
@@ -66,7 +66,7 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
     _topology()
     op = resolve_op(op, average)
     t = _writable_contiguous(tensor, "allreduce_ (in place)")
-    return _allreduce_submit(t, t, auto_name("allreduce", name), op, prescale_factor,
+    return _allreduce_submit(t, t, auto_name("allreduce", name, process_set), op, prescale_factor,
                              postscale_factor, process_set)
 
 
@@ -98,13 +98,13 @@ class _GroupHandle:
 def _grouped(tensors, in_place, average, name, op, prescale_factor, postscale_factor, process_set):
     _topology()
     op = resolve_op(op, average)
-    base = auto_name("grouped_allreduce", name)
+    base = auto_name("grouped_allreduce", name, process_set)
     handles = []
     for i, t in enumerate(tensors):
         if in_place:
             src = dst = _writable_contiguous(t, "grouped_allreduce_ (in place)")
         else:
-            src = np.ascontiguousarray(t)
+            src = np.asarray(t, order="C")
             dst = np.empty_like(src)
         handles.append(_allreduce_submit(src, dst, f"{base}.{i}", op, prescale_factor,
                                          postscale_factor, process_set, group=base,
@@ -170,7 +170,7 @@ def _allgather_submit(tensor, name, process_set, group="", group_size=0):
 
 def allgather_async(tensor, name=None, process_set=global_process_set):
     _topology()
-    return _allgather_submit(tensor, auto_name("allgather", name), process_set)
+    return _allgather_submit(tensor, auto_name("allgather", name, process_set), process_set)
 
 
 def allgather(tensor, name=None, process_set=global_process_set):
@@ -181,7 +181,7 @@ def allgather(tensor, name=None, process_set=global_process_set):
 
 def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
     _topology()
-    base = auto_name("grouped_allgather", name)
+    base = auto_name("grouped_allgather", name, process_set)
     return _GroupHandle([_allgather_submit(t, f"{base}.{i}", process_set, base, len(tensors))
                          for i, t in enumerate(tensors)])
 
@@ -198,7 +198,8 @@ def _root_in_set(root_rank, process_set):
     if process_set is None or process_set.process_set_id == 0:
         return root, ""
     if root not in process_set.ranks:
-        return -1, f"root_rank {root} is not a member of the process set (ranks {process_set.ranks})"
+        return -1, (f"root_rank {root} is not a member of the process set "
+                    f"(ranks {process_set.ranks})")
     return process_set.ranks.index(root), ""
 
 
@@ -206,8 +207,9 @@ def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set
     _topology()
     src = _contiguous(tensor)
     root, err = _root_in_set(root_rank, process_set)
-    return _submit_engine_output("broadcast", src, auto_name("broadcast", name), process_set,
-                                 op=BROADCAST, root=root, error=err)
+    name = auto_name("broadcast", name, process_set)
+    return _submit_engine_output("broadcast", src, name, process_set, op=BROADCAST, root=root,
+                                 error=err)
 
 
 def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
@@ -215,7 +217,7 @@ def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_se
     t = _writable_contiguous(tensor, "broadcast_ (in place)")
     code = dtypes.code_of(t.dtype, what="broadcast")
     root, err = _root_in_set(root_rank, process_set)
-    return submit((t,), lambda h: t, op=BROADCAST, name=auto_name("broadcast", name),
+    return submit((t,), lambda h: t, op=BROADCAST, name=auto_name("broadcast", name, process_set),
                   input=t.ctypes.data, output=t.ctypes.data, dtype=code, shape=list(t.shape),
                   root=root, process_set=_set_id(process_set), error=err)
 
@@ -254,8 +256,9 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
     def finish(h):
         return _engine_output(h, dt), np.asarray(_core.aux(h), dtype=np.int32)
 
-    return _submit_engine_output("alltoall", src, auto_name("alltoall", name), process_set,
-                                 finish=finish, op=ALLTOALL, splits=split_list, error=err)
+    name = auto_name("alltoall", name, process_set)
+    return _submit_engine_output("alltoall", src, name, process_set, finish=finish, op=ALLTOALL,
+                                 splits=split_list, error=err)
 
 
 def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
@@ -265,7 +268,8 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
     return synchronize(alltoall_async(tensor, splits, name, process_set))
 
 
-def _reducescatter_submit(tensor, name, op, prescale, postscale, process_set, group="", group_size=0):
+def _reducescatter_submit(tensor, name, op, prescale, postscale, process_set, group="",
+                          group_size=0):
     src = _contiguous(tensor)
     return _submit_engine_output("reducescatter", src, name, process_set, group, group_size,
                                  reducible=True, op=REDUCESCATTER, reduce_op=op,
@@ -276,8 +280,8 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
                         prescale_factor=1.0, postscale_factor=1.0):
     _topology()
     op = resolve_op(op, None)
-    return _reducescatter_submit(tensor, auto_name("reducescatter", name), op, prescale_factor,
-                                 postscale_factor, process_set)
+    name = auto_name("reducescatter", name, process_set)
+    return _reducescatter_submit(tensor, name, op, prescale_factor, postscale_factor, process_set)
 
 
 def reducescatter(tensor, name=None, compression=None, op=Average, process_set=global_process_set,
@@ -297,14 +301,15 @@ def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=glob
                                 prescale_factor=1.0, postscale_factor=1.0):
     _topology()
     op = resolve_op(op, None)
-    base = auto_name("grouped_reducescatter", name)
-    return _GroupHandle([_reducescatter_submit(t, f"{base}.{i}", op, prescale_factor, postscale_factor,
-                                               process_set, base, len(tensors))
+    base = auto_name("grouped_reducescatter", name, process_set)
+    return _GroupHandle([_reducescatter_submit(t, f"{base}.{i}", op, prescale_factor,
+                                               postscale_factor, process_set, base, len(tensors))
                          for i, t in enumerate(tensors)])
 
 
 def grouped_reducescatter(tensors, name=None, compression=None, op=Average,
-                          process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0):
+                          process_set=global_process_set, prescale_factor=1.0,
+                          postscale_factor=1.0):
     """Reducescatters a list of arrays as one unit (negotiated together, fused)."""
     if compression is not None:
         pairs = [compression.compress(t) for t in tensors]
@@ -320,8 +325,9 @@ def grouped_reducescatter(tensors, name=None, compression=None, op=Average,
 def barrier(process_set=global_process_set):
     """Returns once every rank of the set has called barrier()."""
     _topology()
-    synchronize(submit((), lambda h: None, op=BARRIER, name=auto_name("barrier", None), input=0,
-                       output=0, dtype=dtypes.UINT8, shape=[], process_set=_set_id(process_set)))
+    name = auto_name("barrier", None, process_set)
+    synchronize(submit((), lambda h: None, op=BARRIER, name=name, input=0, output=0,
+                       dtype=dtypes.UINT8, shape=[], process_set=_set_id(process_set)))
 
 
 def join(device=-1):

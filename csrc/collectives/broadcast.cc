@@ -40,6 +40,7 @@ void binomial_tree_broadcast(Transport& t, void* buf, size_t bytes, int root) {
 
 void chain_broadcast(Transport& t, void* buf, size_t bytes, int root, size_t segment) {
   const int n = t.size();
+  if (n == 1) return;
   const int vr = (t.rank() - root + n) % n;
   const int next = vr + 1 < n ? (t.rank() + 1) % n : -1;
   const int prev = (t.rank() - 1 + n) % n;
