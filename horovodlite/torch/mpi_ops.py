@@ -44,8 +44,9 @@ def _differentiable(tensor, what):
     return tensor.requires_grad and torch.is_grad_enabled()
 
 
-def _op_name(kind, name):
-    return auto_name(kind, None) if name is None else f"{kind}.{name}"
+def _op_name(kind, name, process_set):
+    """Unnamed ops count per kind and process set (horovodlite.handles.auto_name)."""
+    return auto_name(kind, None, process_set) if name is None else f"{kind}.{name}"
 
 
 def _sub_name(name, suffix):
@@ -99,7 +100,7 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
     """Starts reducing `tensor` over the set; synchronize(handle) returns a new tensor."""
     _topology()
     op = resolve_op(op, average)
-    return _allreduce_submit(tensor, False, _op_name("allreduce", name), op, prescale_factor,
+    return _allreduce_submit(tensor, False, _op_name("allreduce", name, process_set), op, prescale_factor,
                              postscale_factor, process_set)
 
 
@@ -108,7 +109,7 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
     """In-place form: synchronize(handle) returns `tensor`, now holding the result."""
     _topology()
     op = resolve_op(op, average)
-    return _allreduce_submit(tensor, True, _op_name("allreduce", name), op, prescale_factor,
+    return _allreduce_submit(tensor, True, _op_name("allreduce", name, process_set), op, prescale_factor,
                              postscale_factor, process_set)
 
 
@@ -179,7 +180,7 @@ def _grouped_allreduce_async(tensors, in_place, average, name, op, prescale_fact
     _topology()
     op = resolve_op(op, average)
     tensors = list(tensors)
-    base = _op_name("grouped_allreduce", name)
+    base = _op_name("grouped_allreduce", name, process_set)
     return _GroupHandle([
         _allreduce_submit(t, in_place, f"{base}.{i}", op, prescale_factor, postscale_factor,
                           process_set, group=base, group_size=len(tensors))
@@ -256,7 +257,7 @@ def _allgather_submit(tensor, name, process_set, group="", group_size=0):
 def allgather_async(tensor, name=None, process_set=global_process_set):
     """Starts concatenating `tensor` from every rank along dim 0 (dim 0 may differ)."""
     _topology()
-    return _allgather_submit(tensor, _op_name("allgather", name), process_set)
+    return _allgather_submit(tensor, _op_name("allgather", name, process_set), process_set)
 
 
 def _my_slice(grad, dim0, name, process_set):
@@ -294,7 +295,7 @@ def allgather(tensor, name=None, process_set=global_process_set):
 def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
     _topology()
     tensors = list(tensors)
-    base = _op_name("grouped_allgather", name)
+    base = _op_name("grouped_allgather", name, process_set)
     return _GroupHandle([_allgather_submit(t, f"{base}.{i}", process_set, group=base,
                                            group_size=len(tensors))
                          for i, t in enumerate(tensors)])
@@ -343,12 +344,12 @@ def _broadcast_submit(tensor, in_place, root_rank, name, process_set):
 
 def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
     _topology()
-    return _broadcast_submit(tensor, False, root_rank, _op_name("broadcast", name), process_set)
+    return _broadcast_submit(tensor, False, root_rank, _op_name("broadcast", name, process_set), process_set)
 
 
 def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
     _topology()
-    return _broadcast_submit(tensor, True, root_rank, _op_name("broadcast", name), process_set)
+    return _broadcast_submit(tensor, True, root_rank, _op_name("broadcast", name, process_set), process_set)
 
 
 def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
@@ -384,7 +385,7 @@ def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
 def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
     """Starts an alltoall; synchronize(handle) returns (output, received_splits)."""
     _topology()
-    name = _op_name("alltoall", name)
+    name = _op_name("alltoall", name, process_set)
     what = f"alltoall '{name}'"
     src, device = _prepare(tensor, what)
     code = code_of(src.dtype, what=what)
@@ -451,7 +452,7 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
                         prescale_factor=1.0, postscale_factor=1.0):
     _topology()
     op = resolve_op(op, None)
-    return _reducescatter_submit(tensor, _op_name("reducescatter", name), op, prescale_factor,
+    return _reducescatter_submit(tensor, _op_name("reducescatter", name, process_set), op, prescale_factor,
                                  postscale_factor, process_set)
 
 
@@ -496,7 +497,7 @@ def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=glob
     _topology()
     op = resolve_op(op, None)
     tensors = list(tensors)
-    base = _op_name("grouped_reducescatter", name)
+    base = _op_name("grouped_reducescatter", name, process_set)
     return _GroupHandle([
         _reducescatter_submit(t, f"{base}.{i}", op, prescale_factor, postscale_factor,
                               process_set, group=base, group_size=len(tensors))

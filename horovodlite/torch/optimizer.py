@@ -181,7 +181,7 @@ class _DistributedOptimizer:
         grad = self._final_grad(p, dense=self.sparse_as_dense or bool(group))
         if grad.is_sparse:
             self._sparse_seen.add(p)
-            return _SparseHandle(grad, _op_name("allreduce", self._names[p]), self.op,
+            return _SparseHandle(grad, _op_name("allreduce", self._names[p], self.process_set), self.op,
                                  self.process_set), None, grad
         compressed, ctx = self._compression.compress(grad)
         if self.op == Average:
@@ -189,7 +189,7 @@ class _DistributedOptimizer:
             pre, post = 1.0 / self.gradient_predivide_factor, self.gradient_predivide_factor
         else:
             pre = post = 1.0
-        name = name or _op_name("allreduce", self._names[p])
+        name = name or _op_name("allreduce", self._names[p], self.process_set)
         h = _allreduce_submit(compressed, True, name, self.op, pre, post, self.process_set,
                               group=group, group_size=group_size)
         return h, ctx, grad
