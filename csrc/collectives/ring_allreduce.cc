@@ -22,7 +22,7 @@ size_t ring_segment_bytes() {
 }
 
 void ring_allreduce(Transport& t, const Reducer& red, void* buf, size_t count, DataType dt,
-                    ReduceOp op, double postscale, HostBuffer& scratch) {
+                    ReduceOp op, double postscale, Buffer& scratch) {
   const int n = t.size(), r = t.rank();
   const size_t es = dtype_size(dt);
   char* base = static_cast<char*>(buf);

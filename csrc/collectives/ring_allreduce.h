@@ -11,8 +11,10 @@ namespace hvdl {
 // In-place allreduce of `count` elements of `buf` over every rank of `t`.
 // `postscale` multiplies the result (average = sum with postscale 1/N).
 // `scratch` is the caller's persistent receive buffer.
+// Device memory works unchanged when `t` and `red` order their work on one stream
+// (engine/cuda_device.cc: a staging transport and a kernel reducer on the engine's).
 void ring_allreduce(Transport& t, const Reducer& red, void* buf, size_t count, DataType dt,
-                    ReduceOp op, double postscale, HostBuffer& scratch);
+                    ReduceOp op, double postscale, Buffer& scratch);
 
 // Bytes per pipelined segment (HOROVODLITE_RING_SEGMENT_BYTES, default 1 MiB).
 size_t ring_segment_bytes();

@@ -17,7 +17,8 @@ Worker::Worker(std::unique_ptr<Transport> t, EngineParams p, int id)
     : transport_(std::move(t)),
       params_(p),
       id_(id),
-      controller_(*transport_, p.cache_capacity, p.stall_warn_s, p.stall_fail_s) {
+      controller_(*transport_, p.cache_capacity, p.stall_warn_s, p.stall_fail_s),
+      devices_(*transport_) {
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -91,10 +92,23 @@ void Worker::loop() {
                     "rank, or the background loop failed); the collective did not complete";
   queue_.close(why);
   fail_all(why);
+  try {
+    devices_.clear();  // on this thread: the one whose current device they were set up on
+  } catch (const std::exception& e) {
+    HVDL_LOG(WARNING) << "process set " << id_ << ": releasing devices: " << e.what();
+  }
+}
+
+// This rank's device for a group: its own tensors' (all on one device per process), or
+// for a rank that has joined, the GPU it uses elsewhere (the response names rank 0's).
+static int local_device(const Response& head, const std::vector<TensorEntry*>& entries) {
+  for (auto* e : entries)
+    if (e) return e->req.device;
+  if (head.device < 0) return -1;
+  return process_gpu() >= 0 ? process_gpu() : head.device;
 }
 
 void Worker::execute(const std::vector<Response>& responses) {
-  ExecContext ctx{*transport_, cpu_reducer(), fusion_, scratch_, params_.fusion_threshold};
   for (auto& group : plan_fusion(responses, params_.fusion_threshold)) {
     std::vector<std::unique_ptr<TensorEntry>> owned;
     std::vector<TensorEntry*> entries;
@@ -107,11 +121,22 @@ void Worker::execute(const std::vector<Response>& responses) {
     if (!head.ok()) {
       st = Status::error(Status::MISMATCH, head.error);
     } else {
+      Device* dev = nullptr;
       try {
+        dev = &devices_.get(local_device(head, entries));
+        ExecContext ctx{dev->transport(), dev->reducer(), dev->fusion(), dev->scratch(),
+                        params_.fusion_threshold, *dev};
+        dev->begin(entries);
         find_op(head.op)->execute(ctx, group, entries);
+        dev->end();
         stats_.groups++;
         stats_.tensors += group.size();
       } catch (const std::exception& e) {
+        // Work already queued on a GPU must not outlive the tensors the handles release.
+        try {
+          if (dev) dev->end();
+        } catch (...) {
+        }
         st = Status::error(Status::INTERNAL, std::string("horovodlite: ") + op_type_name(head.op) +
                                                  " '" + head.name + "' failed: " + e.what());
       }

@@ -6,10 +6,9 @@
 #include <memory>
 #include <thread>
 
-#include "../collectives/reducer.h"
-#include "../common/buffer.h"
 #include "../transport/transport.h"
 #include "controller.h"
+#include "device.h"
 #include "tensor_queue.h"
 
 namespace hvdl {
@@ -47,7 +46,7 @@ class Worker {
   int id_;
   TensorQueue queue_;
   Controller controller_;
-  HostBuffer fusion_, scratch_;
+  DeviceSet devices_;  // host memory and the GPU this process uses, with their buffers
   WorkerStats stats_;
   uint64_t round_ = 1;
   bool running_ = true;

@@ -11,6 +11,7 @@
 #include "../engine/engine.h"
 #include "../reduce/identity.h"
 #include "../reduce/reduce.h"
+#include "gpu_bindings.h"
 
 namespace py = pybind11;
 using namespace hvdl;
@@ -26,7 +27,7 @@ void* as_ptr(uintptr_t p) { return reinterpret_cast<void*>(p); }
 int64_t enqueue(int op, const std::string& name, uintptr_t in, uintptr_t out, int dtype,
                 std::vector<int64_t> shape, int reduce_op, double prescale, double postscale,
                 int root, int device, std::vector<int64_t> splits, const std::string& group,
-                int group_size, int process_set) {
+                int group_size, int process_set, py::object stream) {
   EnqueueArgs a;
   a.process_set = process_set;
   a.req.name = name;
@@ -43,6 +44,12 @@ int64_t enqueue(int op, const std::string& name, uintptr_t in, uintptr_t out, in
   a.req.group_size = group_size;
   a.input = as_ptr(in);
   a.output = as_ptr(out);
+  // GPU tensors: the producer's cudaStream_t as an int (0 = legacy default stream);
+  // None = the tensor is ready now.
+  if (!stream.is_none()) {
+    a.has_stream = true;
+    a.stream = as_ptr(stream.cast<uintptr_t>());
+  }
   return Engine::get().enqueue(std::move(a));
 }
 
@@ -104,7 +111,7 @@ PYBIND11_MODULE(_core, m) {
         py::arg("dtype"), py::arg("shape"), py::arg("reduce_op") = 1, py::arg("prescale") = 1.0,
         py::arg("postscale") = 1.0, py::arg("root") = -1, py::arg("device") = -1,
         py::arg("splits") = std::vector<int64_t>(), py::arg("group") = "",
-        py::arg("group_size") = 0, py::arg("process_set") = 0);
+        py::arg("group_size") = 0, py::arg("process_set") = 0, py::arg("stream") = py::none());
   m.def("poll", [](int64_t h) { return Engine::get().handle(h)->poll(); });
   m.def("wait", &wait);
   m.def("release", [](int64_t h) { Engine::get().release(h); });
@@ -135,4 +142,5 @@ PYBIND11_MODULE(_core, m) {
     fill_identity(as_ptr(buf), n, static_cast<DataType>(dt), static_cast<ReduceOp>(op));
   });
   m.def("reduce_isa", [] { return std::string(reduce_isa()); });
+  register_gpu_bindings(m);
 }
