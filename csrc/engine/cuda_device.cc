@@ -252,16 +252,14 @@ std::unique_ptr<Device> make_cuda_device(int ordinal, Transport& t) {
   if (plan.empty() || plan[0] == 'E')
     throw std::runtime_error(plan.empty() ? "no GPU plan from rank 0" : plan.substr(1));
 
-  if (plan[0] == 'N') {
-    dev->use_nccl(t);
-  } else if (t.rank() == 0) {
+  if (plan[0] == 'N') dev->use_nccl(t);
+  if (t.rank() == 0) {
+    const std::string why = plan[0] == 'N' ? std::string() : " (" + plan.substr(1) + ")";
     if (plan[0] == 'W') {
-      HVDL_LOG(WARNING) << "GPU collectives fall back to MPI: " << plan.substr(1);
-    } else {
-      HVDL_LOG(INFO) << "GPU collectives use MPI: " << plan.substr(1);
+      HVDL_LOG(WARNING) << "GPU collectives fall back to MPI" << why;
     }
+    HVDL_LOG(INFO) << "GPU collectives: " << dev->describe() << why;
   }
-  HVDL_LOG(DEBUG) << dev->describe();
   return dev;
 }
 
