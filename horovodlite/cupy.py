@@ -24,6 +24,11 @@ __all__ = [
     "grouped_allreduce_async_", "poll", "synchronize",
     "allgather", "grouped_allgather", "broadcast", "broadcast_", "alltoall", "reducescatter",
     "grouped_reducescatter",
+    # as in horovodlite
+    "Adasum", "Average", "HorovodInternalError", "Max", "Min", "Product", "Sum", "cross_rank",
+    "cross_size", "cuda_built", "init", "is_initialized", "local_rank", "local_size",
+    "mpi_built", "nccl_built", "rank", "shutdown", "size", "ProcessSet", "add_process_set",
+    "global_process_set", "remove_process_set",
 ]
 
 
