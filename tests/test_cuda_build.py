@@ -42,6 +42,22 @@ def test_kernel_check_compiles():
     assert proc.returncode == 0, proc.stderr[-4000:]
 
 
+def test_device_transports_in_process(tmp_path):
+    """The staging / stream-synced transports with a fake CUDA runtime whose streams
+    really run late (tests/cpp/test_device_transport.cc): needs a C++ compiler only."""
+    cxx = shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
+    if not cxx:
+        pytest.skip("no C++ compiler found")
+    src = ["tests/cpp/test_device_transport.cc", "csrc/transport/device_transport.cc"] + sorted(
+        str(p.relative_to(ROOT)) for d in ("collectives", "reduce") for p in (ROOT / "csrc" / d).glob("*.cc"))
+    exe = tmp_path / "test_device_transport"
+    subprocess.run([cxx, "-O1", "-std=c++17", "-pthread", "-DHOROVODLITE_HAVE_CUDA", "-I", "csrc",
+                    *src, "-o", str(exe)], cwd=ROOT, check=True, timeout=600)
+    res = subprocess.run([str(exe)], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-4000:]
+    assert " 0 failed" in res.stdout
+
+
 def test_nccl_built_tells_the_truth():
     path = _nccl.library_path()
     ok, msg = _nccl.status()

@@ -244,7 +244,9 @@ std::unique_ptr<Device> make_cuda_device(int ordinal, Transport& t) {
     error = std::string("GPU ") + std::to_string(ordinal) + ": " + e.what();
     dev.reset();
   }
-  if (!nccl_api(&nccl_why) && nccl_why.empty()) nccl_why = "not loadable";
+  // Loaded only when it may be used (it is a large library).
+  if (gpu_operations() != "MPI" && !nccl_api(&nccl_why) && nccl_why.empty())
+    nccl_why = "not loadable";
   std::string mine = error + kSep + host_name() + kSep + bus + kSep + nccl_why;
   std::vector<std::string> facts = t.gather(mine, 0);
   std::string plan = t.rank() == 0 ? decide(facts) : std::string();
