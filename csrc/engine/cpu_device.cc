@@ -1,7 +1,5 @@
 // Host memory: what the engine did before devices existed, behind the Device interface.
-#include <atomic>
 #include <cstring>
-#include <stdexcept>
 
 #include "../reduce/identity.h"
 #include "../reduce/reduce.h"
@@ -38,31 +36,8 @@ class CpuDevice final : public Device {
   HostBuffer fusion_, scratch_;
 };
 
-std::atomic<int> g_process_gpu{-1};
-
 }  // namespace
 
 std::unique_ptr<Device> make_cpu_device(Transport& t) { return std::make_unique<CpuDevice>(t); }
-
-Device& DeviceSet::get(int ordinal) {
-  if (ordinal < 0) {
-    if (!cpu_) cpu_ = make_cpu_device(t_);
-    return *cpu_;
-  }
-  auto it = gpus_.find(ordinal);
-  if (it == gpus_.end()) it = gpus_.emplace(ordinal, make_cuda_device(ordinal, t_)).first;
-  return *it->second;
-}
-
-int process_gpu() { return g_process_gpu.load(); }
-
-void claim_process_gpu(int ordinal, const std::string& tensor_name) {
-  int expected = -1;
-  if (g_process_gpu.compare_exchange_strong(expected, ordinal) || expected == ordinal) return;
-  throw std::invalid_argument("horovodlite: '" + tensor_name + "' is on GPU " +
-                              std::to_string(ordinal) + " but this process already uses GPU " +
-                              std::to_string(expected) +
-                              "; use one GPU per process (e.g. torch.cuda.set_device(local_rank()))");
-}
 
 }  // namespace hvdl
