@@ -5,6 +5,7 @@
 #include "../common/dtype.h"
 #include "../transport/transport.h"
 #include "reducer.h"
+#include "ring.h"
 
 namespace hvdl {
 
@@ -15,8 +16,5 @@ namespace hvdl {
 // (engine/cuda_device.cc: a staging transport and a kernel reducer on the engine's).
 void ring_allreduce(Transport& t, const Reducer& red, void* buf, size_t count, DataType dt,
                     ReduceOp op, double postscale, Buffer& scratch);
-
-// Bytes per pipelined segment (HOROVODLITE_RING_SEGMENT_BYTES, default 1 MiB).
-size_t ring_segment_bytes();
 
 }  // namespace hvdl

@@ -74,10 +74,16 @@ Worker* Engine::worker_for(int id) {
     throw std::runtime_error("horovodlite has not been initialized; call hvd.init() first");
   auto it = workers_.find(id);
   if (it != workers_.end()) return it->second.get();
-  if (set_ranks_.count(id))
+  auto members = set_ranks_.find(id);
+  if (members != set_ranks_.end()) {
+    std::string list;
+    for (int r : members->second) list += (list.empty() ? "" : ", ") + std::to_string(r);
     throw std::runtime_error("horovodlite: rank " + std::to_string(world_->topology().rank) +
-                             " is not a member of process set " + std::to_string(id));
-  throw std::runtime_error("horovodlite: unknown process set " + std::to_string(id));
+                             " is not a member of process set " + std::to_string(id) + " (ranks [" +
+                             list + "]); only its members may run collectives on it");
+  }
+  throw std::runtime_error("horovodlite: unknown process set " + std::to_string(id) +
+                           " (removed, or never added on this rank)");
 }
 
 int64_t Engine::enqueue(EnqueueArgs a) {

@@ -79,7 +79,7 @@ std::string encode_requests(const std::vector<Request>& v) {
   for (auto& q : v) {
     w.pod(q.rank); w.str(q.name); w.pod(q.op); w.pod(q.dtype); w.vec(q.shape);
     w.pod(q.reduce_op); w.pod(q.prescale); w.pod(q.postscale); w.pod(q.root); w.pod(q.device);
-    w.vec(q.splits); w.str(q.group); w.pod(q.group_size);
+    w.vec(q.splits); w.str(q.group); w.pod(q.group_size); w.str(q.error);
   }
   return w.out;
 }
@@ -94,6 +94,7 @@ std::vector<Request> decode_requests(const std::string& bytes) {
     q.prescale = r.pod<double>(); q.postscale = r.pod<double>(); q.root = r.pod<int32_t>();
     q.device = r.pod<int32_t>(); q.splits = r.vec<int64_t>(); q.group = r.str();
     q.group_size = r.pod<int32_t>();
+    q.error = r.str();
     v.push_back(std::move(q));
   }
   return v;

@@ -15,6 +15,8 @@ enum class OpType : int32_t {
   BARRIER = 5, JOIN = 6,
 };
 constexpr int kNumOpTypes = 7;
+// join() is one collective per process set, always under this name.
+constexpr const char* kJoinName = "__horovodlite_join__";
 const char* op_type_name(OpType t);
 
 struct Request {
@@ -30,6 +32,10 @@ struct Request {
   std::vector<int64_t> splits;  // alltoall
   std::string group;            // grouped ops: negotiated and released together
   int32_t group_size = 0;
+  // Non-empty: this rank's arguments were invalid (found before enqueue, e.g. alltoall
+  // splits of a non-integer dtype). The coordinator fails the collective on every
+  // rank with this text instead of leaving the other ranks waiting.
+  std::string error;
 };
 
 struct Response {

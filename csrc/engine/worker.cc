@@ -72,6 +72,7 @@ void Worker::wait_for_round() {
 
 void Worker::loop() {
   prctl(PR_SET_TIMERSLACK, 1000UL);  // short sleeps must stay short (default slack: 50 us)
+  std::string why;
   while (running_) {
     try {
       wait_for_round();
@@ -84,14 +85,17 @@ void Worker::loop() {
       if (res.shutdown) running_ = false;
     } catch (const std::exception& e) {
       HVDL_LOG(ERROR) << "process set " << id_ << ": background loop failed: " << e.what();
-      fail_all(std::string("horovodlite: background loop failed: ") + e.what());
+      why = std::string("horovodlite: background loop failed: ") + e.what();
       running_ = false;
     }
   }
-  const char* why = "horovodlite has been shut down (hvd.shutdown() was called on this or another "
-                    "rank, or the background loop failed); the collective did not complete";
-  queue_.close(why);
-  fail_all(why);
+  if (why.empty())
+    why = queue_.shutdown_requested()
+              ? "horovodlite has been shut down; the collective did not complete"
+              : "horovodlite: another rank shut down (process set " + std::to_string(id_) +
+                    "); this collective cannot complete. Call hvd.shutdown() on this rank too";
+  // Closing also refuses later enqueues, which would otherwise wait forever.
+  for (auto& e : queue_.close(why)) e->handle->complete(Status::error(Status::ABORTED, why));
   try {
     devices_.clear();  // on this thread: the one whose current device they were set up on
   } catch (const std::exception& e) {
@@ -146,10 +150,6 @@ void Worker::execute(const std::vector<Response>& responses) {
       if (entries[i]) entries[i]->handle->complete(st);
     }
   }
-}
-
-void Worker::fail_all(const std::string& why) {
-  for (auto& e : queue_.take_all()) e->handle->complete(Status::error(Status::ABORTED, why));
 }
 
 }  // namespace hvdl

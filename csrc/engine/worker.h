@@ -39,7 +39,6 @@ class Worker {
   void loop();
   void wait_for_round();
   void execute(const std::vector<Response>& responses);
-  void fail_all(const std::string& why);
 
   std::unique_ptr<Transport> transport_;
   EngineParams params_;

@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "../engine/engine.h"
+#include "../engine/output_pool.h"
 #include "../reduce/identity.h"
 #include "../reduce/reduce.h"
 #include "gpu_bindings.h"
@@ -27,7 +28,7 @@ void* as_ptr(uintptr_t p) { return reinterpret_cast<void*>(p); }
 int64_t enqueue(int op, const std::string& name, uintptr_t in, uintptr_t out, int dtype,
                 std::vector<int64_t> shape, int reduce_op, double prescale, double postscale,
                 int root, int device, std::vector<int64_t> splits, const std::string& group,
-                int group_size, int process_set, py::object stream) {
+                int group_size, int process_set, const std::string& error, py::object stream) {
   EnqueueArgs a;
   a.process_set = process_set;
   a.req.name = name;
@@ -42,6 +43,7 @@ int64_t enqueue(int op, const std::string& name, uintptr_t in, uintptr_t out, in
   a.req.splits = std::move(splits);
   a.req.group = group;
   a.req.group_size = group_size;
+  a.req.error = error;
   a.input = as_ptr(in);
   a.output = as_ptr(out);
   // GPU tensors: the producer's cudaStream_t as an int (0 = legacy default stream);
@@ -111,13 +113,16 @@ PYBIND11_MODULE(_core, m) {
         py::arg("dtype"), py::arg("shape"), py::arg("reduce_op") = 1, py::arg("prescale") = 1.0,
         py::arg("postscale") = 1.0, py::arg("root") = -1, py::arg("device") = -1,
         py::arg("splits") = std::vector<int64_t>(), py::arg("group") = "",
-        py::arg("group_size") = 0, py::arg("process_set") = 0, py::arg("stream") = py::none());
+        py::arg("group_size") = 0, py::arg("process_set") = 0, py::arg("error") = "",
+        py::arg("stream") = py::none());
   m.def("poll", [](int64_t h) { return Engine::get().handle(h)->poll(); });
   m.def("wait", &wait);
   m.def("release", [](int64_t h) { Engine::get().release(h); });
   m.def("output", &output);
   m.def("output_shape", [](int64_t h) { return Engine::get().handle(h)->out_shape; });
   m.def("aux", [](int64_t h) { return Engine::get().handle(h)->aux; });
+  m.attr("JOIN_NAME") = kJoinName;
+  m.def("output_cache_bytes", [] { return OutputPool::get().cached_bytes(); });
 
   m.def("add_process_set", [](std::vector<int> ranks) {
     py::gil_scoped_release nogil;

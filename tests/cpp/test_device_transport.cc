@@ -197,7 +197,7 @@ std::vector<std::vector<std::vector<char>>> run_ring(int n, size_t count, DataTy
       HostBuffer scratch;
       std::mt19937 rng(1000 * r + static_cast<unsigned>(count));
       for (int k = 0; k < rounds; ++k) {
-        const size_t c = count + static_cast<size_t>(k * n);  // sizes change between rounds
+        const size_t c = count + static_cast<size_t>(k) * 3;  // sizes change between rounds
         std::vector<char> buf(c * dtype_size(dt));
         for (size_t i = 0; i < c; ++i) {
           const int v = static_cast<int>(rng() % 9) - 2;
@@ -261,10 +261,6 @@ int main() {
     for (size_t count : {size_t(0), size_t(1), size_t(7), size_t(1000), size_t(20011)})
       for (DataType dt : {DataType::FLOAT32, DataType::INT32})
         for (ReduceOp op : {ReduceOp::SUM, ReduceOp::MAX}) {
-          // 0 < count < n at n >= 3 leaves some ring blocks empty, which the ring of
-          // this branch mishandles on any transport (a sender posts a zero-length
-          // segment its receiver never posts); the collectives branch's ring fixes it.
-          if (count > 0 && count < static_cast<size_t>(n) && n >= 3) continue;
           auto ref = run_ring(n, count, dt, op, Mode::kPlain, 3);
           for (Mode mode : {Mode::kStaged, Mode::kSynced}) {
             auto got = run_ring(n, count, dt, op, mode, 3);
