@@ -48,7 +48,7 @@ inline int wrap(int i, int n) { return ((i % n) + n) % n; }
 
 void ring_reduce_scatter(Transport& t, const Reducer& red, const void* src, void* dst,
                          const RingBlocks& blocks, DataType dt, ReduceOp op, int shift,
-                         HostBuffer& scratch, size_t segment_bytes) {
+                         Buffer& scratch, size_t segment_bytes) {
   const int n = t.size(), r = t.rank();
   const size_t es = dtype_size(dt);
   const char* in = static_cast<const char*>(src);

@@ -29,7 +29,7 @@ struct RingBlocks {
 // read and partial results are built in `dst` (no copy of the input first).
 void ring_reduce_scatter(Transport& t, const Reducer& red, const void* src, void* dst,
                          const RingBlocks& blocks, DataType dt, ReduceOp op, int shift,
-                         HostBuffer& scratch, size_t segment_bytes = 0);
+                         Buffer& scratch, size_t segment_bytes = 0);
 
 // Allgather in place: rank r holds block (r + shift) mod N of `buf` (units = bytes);
 // afterwards every rank holds every block.

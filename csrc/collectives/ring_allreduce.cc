@@ -9,7 +9,7 @@
 namespace hvdl {
 
 void ring_allreduce(Transport& t, const Reducer& red, void* buf, size_t count, DataType dt,
-                    ReduceOp op, double postscale, HostBuffer& scratch, const RingOptions& opts) {
+                    ReduceOp op, double postscale, Buffer& scratch, const RingOptions& opts) {
   const int n = t.size(), r = t.rank();
   const size_t es = dtype_size(dt);
   if (n == 1 || count == 0) {

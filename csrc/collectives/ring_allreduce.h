@@ -20,8 +20,10 @@ struct RingOptions {
 // In-place allreduce of `count` elements of `buf` over every rank of `t`.
 // `postscale` multiplies the result (average = sum with postscale 1/N).
 // `scratch` is the caller's persistent receive buffer.
+// Device memory works unchanged when `t` and `red` order their work on one stream
+// (engine/cuda_device.cc: a staging transport and a kernel reducer on the engine's).
 void ring_allreduce(Transport& t, const Reducer& red, void* buf, size_t count, DataType dt,
-                    ReduceOp op, double postscale, HostBuffer& scratch,
+                    ReduceOp op, double postscale, Buffer& scratch,
                     const RingOptions& opts = RingOptions());
 
 }  // namespace hvdl

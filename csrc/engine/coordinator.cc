@@ -76,8 +76,9 @@ Response Coordinator::validate(const Pending& p) const {
     return resp;
   if (!check_same(reqs, resp, "dtype", [](const Request& q) { return std::string(dtype_name(q.dtype)); }))
     return resp;
+  // Each rank drives its own GPU, so only host memory vs GPU has to agree.
   if (!check_same(reqs, resp, "device", [](const Request& q) {
-        return q.device < 0 ? std::string("cpu") : "gpu:" + std::to_string(q.device);
+        return std::string(q.device < 0 ? "cpu" : "gpu");
       }))
     return resp;
   if (!resp.joined.empty() && first->op != OpType::ALLREDUCE) {
@@ -93,6 +94,11 @@ Response Coordinator::validate(const Pending& p) const {
   if (!op) {
     resp.error = std::string("horovodlite: ") + op_type_name(first->op) + " '" + first->name +
                  "' is not supported by this build";
+    return resp;
+  }
+  if (first->device >= 0 && !op->gpu_capable()) {
+    resp.error = std::string("horovodlite: ") + op_type_name(first->op) + " '" + first->name +
+                 "': GPU tensors are not supported by this operation yet; pass host memory";
     return resp;
   }
   op->validate(reqs, resp);

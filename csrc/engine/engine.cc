@@ -7,6 +7,7 @@
 #include "../common/env.h"
 #include "../common/logging.h"
 #include "timeline.h"
+#include "device.h"
 
 namespace hvdl {
 
@@ -101,6 +102,15 @@ int64_t Engine::enqueue(EnqueueArgs a) {
   std::lock_guard<std::mutex> l(mu_);
   Worker* w = worker_for(a.process_set);
   auto e = std::make_unique<TensorEntry>();
+  if (a.req.device >= 0) {
+    if (!cuda_built() || !gpu_runtime_available())
+      throw std::runtime_error("horovodlite: '" + a.req.name + "' is a GPU tensor, but " +
+                               (cuda_built() ? std::string("no usable CUDA driver or GPU was found")
+                                             : std::string("this build of horovodlite has no CUDA "
+                                                           "support (cuda_built() is False)")));
+    claim_process_gpu(a.req.device, a.req.name);
+    if (a.has_stream) e->ready_event = record_ready_event(a.req.device, a.stream);
+  }
   e->req = std::move(a.req);
   e->input = a.input;
   e->output = a.output;

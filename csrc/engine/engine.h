@@ -18,6 +18,9 @@ struct EnqueueArgs {
   Request req;
   const void* input = nullptr;
   void* output = nullptr;
+  // GPU tensors (req.device >= 0): the cudaStream_t that produced the input, if any.
+  bool has_stream = false;
+  void* stream = nullptr;
 };
 
 class Engine {

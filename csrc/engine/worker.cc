@@ -26,6 +26,7 @@ Worker::Worker(std::unique_ptr<Transport> t, EngineParams p, int id)
       params_(p),
       id_(id),
       controller_(*transport_, p.cache_capacity, p.stall_warn_s, p.stall_fail_s),
+      devices_(*transport_),
       records_timeline_(id == 0 && transport_->rank() == 0) {
   shown_.fusion_threshold = p.fusion_threshold;
   shown_.cycle_time_ms = p.cycle_time_ms;
@@ -113,6 +114,20 @@ void Worker::loop() {
                     "); this collective cannot complete. Call hvd.shutdown() on this rank too";
   // Closing also refuses later enqueues, which would otherwise wait forever.
   for (auto& e : queue_.close(why)) e->handle->complete(Status::error(Status::ABORTED, why));
+  try {
+    devices_.clear();  // on this thread: the one whose current device they were set up on
+  } catch (const std::exception& e) {
+    HVDL_LOG(WARNING) << "process set " << id_ << ": releasing devices: " << e.what();
+  }
+}
+
+// This rank's device for a group: its own tensors' (all on one device per process), or
+// for a rank that has joined, the GPU it uses elsewhere (the response names rank 0's).
+static int local_device(const Response& head, const std::vector<TensorEntry*>& entries) {
+  for (auto* e : entries)
+    if (e) return e->req.device;
+  if (head.device < 0) return -1;
+  return process_gpu() >= 0 ? process_gpu() : head.device;
 }
 
 void Worker::apply(const Tunables& t) {
@@ -131,8 +146,6 @@ void Worker::apply(const Tunables& t) {
 
 uint64_t Worker::execute(const std::vector<Response>& responses, Timeline* tl,
                          Clock::time_point agreed) {
-  ExecContext ctx{*transport_, cpu_reducer(), fusion_, scratch_, params_.fusion_threshold};
-  ctx.segment_bytes = params_.segment_bytes;
   uint64_t total_bytes = 0;
   std::vector<size_t> sizes;
   for (auto& group : plan_fusion(responses, params_.fusion_threshold)) {
@@ -153,7 +166,6 @@ uint64_t Worker::execute(const std::vector<Response>& responses, Timeline* tl,
       begin = Clock::now();
       for (auto* r : group)
         if (!r->name.empty()) tl->queued(r->name, agreed, begin);
-      ctx.phases = &trace;
     }
     if (!head.ok()) {
       st = Status::error(Status::MISMATCH, head.error);
@@ -161,12 +173,25 @@ uint64_t Worker::execute(const std::vector<Response>& responses, Timeline* tl,
       st = Status::error(Status::INTERNAL, std::string("horovodlite: ") + op_type_name(head.op) +
                                                " is not supported by this build");
     } else {
+      Device* dev = nullptr;
       try {
+        dev = &devices_.get(local_device(head, entries));
+        ExecContext ctx{dev->transport(), dev->reducer(), dev->fusion(), dev->scratch(),
+                        params_.fusion_threshold, *dev};
+        ctx.segment_bytes = params_.segment_bytes;
+        ctx.phases = tl ? &trace : nullptr;
+        dev->begin(entries);
         op->execute(ctx, group, entries);
+        dev->end();
         stats_.groups++;
         stats_.tensors += group.size();
         for (size_t b : sizes) total_bytes += b;
       } catch (const std::exception& e) {
+        // Work already queued on a GPU must not outlive the tensors the handles release.
+        try {
+          if (dev) dev->end();
+        } catch (...) {
+        }
         st = Status::error(Status::INTERNAL, std::string("horovodlite: ") + op_type_name(head.op) +
                                                  " '" + head.name + "' failed: " + e.what());
       }

@@ -7,12 +7,11 @@
 #include <mutex>
 #include <thread>
 
-#include "../collectives/reducer.h"
-#include "../common/buffer.h"
 #include "../transport/transport.h"
 #include "autotune.h"
 #include "controller.h"
 #include "parameters.h"
+#include "device.h"
 #include "tensor_queue.h"
 #include "timeline.h"
 
@@ -59,7 +58,7 @@ class Worker {
   int id_;
   TensorQueue queue_;
   Controller controller_;
-  HostBuffer fusion_, scratch_;
+  DeviceSet devices_;  // host memory and the GPU this process uses, with their buffers
   WorkerStats stats_;
   uint64_t round_ = 1;
   bool running_ = true;

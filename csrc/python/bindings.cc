@@ -13,6 +13,7 @@
 #include "../reduce/identity.h"
 #include "../reduce/reduce.h"
 #include "jax_ffi.h"
+#include "gpu_bindings.h"
 
 namespace py = pybind11;
 using namespace hvdl;
@@ -28,7 +29,7 @@ void* as_ptr(uintptr_t p) { return reinterpret_cast<void*>(p); }
 int64_t enqueue(int op, const std::string& name, uintptr_t in, uintptr_t out, int dtype,
                 std::vector<int64_t> shape, int reduce_op, double prescale, double postscale,
                 int root, int device, std::vector<int64_t> splits, const std::string& group,
-                int group_size, int process_set, const std::string& error) {
+                int group_size, int process_set, const std::string& error, py::object stream) {
   EnqueueArgs a;
   a.process_set = process_set;
   a.req.name = name;
@@ -46,6 +47,12 @@ int64_t enqueue(int op, const std::string& name, uintptr_t in, uintptr_t out, in
   a.req.error = error;
   a.input = as_ptr(in);
   a.output = as_ptr(out);
+  // GPU tensors: the producer's cudaStream_t as an int (0 = legacy default stream);
+  // None = the tensor is ready now.
+  if (!stream.is_none()) {
+    a.has_stream = true;
+    a.stream = as_ptr(stream.cast<uintptr_t>());
+  }
   return Engine::get().enqueue(std::move(a));
 }
 
@@ -107,7 +114,8 @@ PYBIND11_MODULE(_core, m) {
         py::arg("dtype"), py::arg("shape"), py::arg("reduce_op") = 1, py::arg("prescale") = 1.0,
         py::arg("postscale") = 1.0, py::arg("root") = -1, py::arg("device") = -1,
         py::arg("splits") = std::vector<int64_t>(), py::arg("group") = "",
-        py::arg("group_size") = 0, py::arg("process_set") = 0, py::arg("error") = "");
+        py::arg("group_size") = 0, py::arg("process_set") = 0, py::arg("error") = "",
+        py::arg("stream") = py::none());
   m.def("poll", [](int64_t h) { return Engine::get().handle(h)->poll(); });
   m.def("wait", &wait);
   m.def("release", [](int64_t h) { Engine::get().release(h); });
@@ -162,4 +170,5 @@ PYBIND11_MODULE(_core, m) {
   m.def("jax_ffi_handler", [] { return py::capsule(jax_ffi_handler(), static_cast<const char*>(nullptr)); });
 
   m.def("reduce_isa", [] { return std::string(reduce_isa()); });
+  register_gpu_bindings(m);
 }

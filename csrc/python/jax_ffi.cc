@@ -133,7 +133,7 @@ std::string parse_attrs(const Attrs& attrs, CallAttrs* out) {
   return {};
 }
 
-size_t buffer_bytes(const Buffer* b, hvdl::DataType dt) {
+size_t buffer_bytes(const xffi::Buffer* b, hvdl::DataType dt) {
   size_t n = dtype_size(dt);
   for (int64_t d = 0; d < b->rank; ++d) n *= static_cast<size_t>(b->dims[d]);
   return n;
@@ -142,7 +142,7 @@ size_t buffer_bytes(const Buffer* b, hvdl::DataType dt) {
 // One FFI call in flight: its engine handles and where engine-owned outputs go.
 struct Pending {
   std::vector<int64_t> handles;
-  std::vector<Buffer*> rets;  // parallel to handles
+  std::vector<xffi::Buffer*> rets;  // parallel to handles
   std::vector<hvdl::DataType> dtypes;
   std::string name;
   const Api* api = nullptr;
@@ -262,13 +262,13 @@ Error* handle_call(CallFrame* f) {
   if (!bad.empty()) return make_error(api, kInvalidArgument, "horovodlite jax collective: " + bad);
 
   // Tokens (ordering operands XLA may thread through) carry no data: skip them.
-  std::vector<Buffer*> ins, outs;
+  std::vector<xffi::Buffer*> ins, outs;
   for (int64_t i = 0; i < f->args.size; ++i) {
-    auto* b = static_cast<Buffer*>(f->args.args[i]);
+    auto* b = static_cast<xffi::Buffer*>(f->args.args[i]);
     if (b->dtype != kToken) ins.push_back(b);
   }
   for (int64_t i = 0; i < f->rets.size; ++i) {
-    auto* b = static_cast<Buffer*>(f->rets.rets[i]);
+    auto* b = static_cast<xffi::Buffer*>(f->rets.rets[i]);
     if (b->dtype != kToken) outs.push_back(b);
   }
   if (ins.size() != outs.size())
