@@ -26,10 +26,12 @@ struct RingBlocks {
 // Reduce-scatter: afterwards block (rank + shift) mod N of `dst` holds that block
 // reduced over all ranks; other blocks of `dst` hold partial sums.
 // src == dst works in place, receiving through `scratch`; otherwise `src` is only
-// read and partial results are built in `dst` (no copy of the input first).
+// read and partial results are built in `dst` (no copy of the input first), and
+// `own`, if given, receives the finished block instead of its place in `dst` (so a
+// caller that wants only that block needs no copy afterwards).
 void ring_reduce_scatter(Transport& t, const Reducer& red, const void* src, void* dst,
                          const RingBlocks& blocks, DataType dt, ReduceOp op, int shift,
-                         HostBuffer& scratch);
+                         HostBuffer& scratch, void* own = nullptr);
 
 // Allgather in place: rank r holds block (r + shift) mod N of `buf` (units = bytes);
 // afterwards every rank holds every block.
