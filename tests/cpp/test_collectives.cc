@@ -6,7 +6,7 @@
 //
 //   g++ -O1 -std=c++17 -pthread -I csrc tests/cpp/test_collectives.cc \
 //       csrc/collectives/{ring,ring_allreduce,broadcast,alltoall,cpu_reducer}.cc \
-//       csrc/reduce/*.cc -o /tmp/test_collectives && /tmp/test_collectives
+//       csrc/engine/output_pool.cc csrc/reduce/*.cc -o /tmp/test_collectives && /tmp/test_collectives
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -25,6 +25,7 @@
 #include "collectives/broadcast.h"
 #include "collectives/ring.h"
 #include "collectives/ring_allreduce.h"
+#include "engine/output_pool.h"
 
 namespace hvdl {
 namespace {
@@ -258,6 +259,39 @@ void test_alltoall(int n, unsigned seed) {
   });
 }
 
+// The engine's output pool: freed outputs are reused by size; a freed block evicts
+// the least recently freed ones to stay under the bound (set to 4 MiB in main).
+void test_output_pool() {
+  OutputPool& pool = OutputPool::get();
+  void* first;
+  {
+    auto a = pool.allocate(1 << 20);
+    first = a.get();
+    CHECK(reinterpret_cast<uintptr_t>(first) % 4096 == 0, "pool block not page aligned");
+  }
+  CHECK(pool.cached_bytes() == (1u << 20), "freed block not cached: %zu", pool.cached_bytes());
+  {
+    auto b = pool.allocate((1 << 20) - 100);  // same page-rounded size: reused
+    CHECK(b.get() == first, "cached block not reused");
+    CHECK(pool.cached_bytes() == 0, "reused block still counted");
+  }
+  { auto c = pool.allocate(2 << 20); }
+  { auto d = pool.allocate(1 << 20); }  // the 1 MiB block again
+  CHECK(pool.cached_bytes() == (3u << 20), "cached %zu", pool.cached_bytes());
+  { auto e = pool.allocate(3 << 20); }  // 3 + 3 > 4 MiB: evicts the oldest (the 2 MiB one)
+  CHECK(pool.cached_bytes() == (4u << 20), "after eviction cached %zu", pool.cached_bytes());
+  {
+    auto again = pool.allocate(1 << 20);  // the more recently freed 1 MiB block survived
+    CHECK(again.get() == first, "recently freed block was evicted");
+  }
+  { auto f = pool.allocate(8 << 20); }  // larger than the bound: not kept
+  CHECK(pool.cached_bytes() == (4u << 20), "oversized block cached: %zu", pool.cached_bytes());
+  auto z = pool.allocate(0);
+  CHECK(z != nullptr, "zero-byte output must still be a valid pointer");
+  pool.trim();
+  CHECK(pool.cached_bytes() == 0, "trim left %zu", pool.cached_bytes());
+}
+
 }  // namespace
 }  // namespace hvdl
 
@@ -265,6 +299,8 @@ int main() {
   using namespace hvdl;
   // 16 floats per segment: blocks of a few dozen elements take several segments.
   setenv("HOROVODLITE_RING_SEGMENT_BYTES", "64", 1);
+  setenv("HOROVODLITE_OUTPUT_CACHE_BYTES", "4194304", 1);
+  test_output_pool();
   std::mt19937 rng(7);
   for (int n = 1; n <= 8; ++n) {
     for (size_t count : {size_t(0), size_t(1), size_t(n - 1), size_t(n), size_t(n + 1), size_t(37),
