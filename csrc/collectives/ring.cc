@@ -107,15 +107,26 @@ void ring_reduce_scatter(Transport& t, const Reducer& red, const void* src, void
   }
 }
 
-void ring_allgather(Transport& t, void* buf, const RingBlocks& bytes, int shift) {
+void ring_allgather(Transport& t, void* buf, const RingBlocks& bytes, int shift,
+                    const void* own_src) {
   const int n = t.size(), r = t.rank();
-  if (n == 1) return;
   char* base = static_cast<char*>(buf);
+  const int own = wrap(r + shift, n);
+  auto copy_own = [&] {
+    if (own_src && bytes.count[own]) std::memcpy(base + bytes.offset[own], own_src, bytes.count[own]);
+  };
+  if (n == 1) {
+    copy_own();
+    return;
+  }
   const int right = (r + 1) % n, left = (r - 1 + n) % n;
   for (int s = 0; s < n - 1; ++s) {
     const int sb = wrap(r + shift - s, n), rb = wrap(r + shift - s - 1, n);
-    t.sendrecv(right, base + bytes.offset[sb], bytes.count[sb], left, base + bytes.offset[rb],
-               bytes.count[rb]);
+    const char* from = s == 0 && own_src ? static_cast<const char*>(own_src) : base + bytes.offset[sb];
+    Transport::Op recv = t.irecv(left, base + bytes.offset[rb], bytes.count[rb]);
+    t.isend(right, from, bytes.count[sb]);
+    if (s == 0) copy_own();  // overlaps the transfer: single-copy transports let the peer read meanwhile
+    t.wait(recv);
     t.wait_all();
   }
 }

@@ -34,8 +34,11 @@ void ring_reduce_scatter(Transport& t, const Reducer& red, const void* src, void
                          HostBuffer& scratch, void* own = nullptr);
 
 // Allgather in place: rank r holds block (r + shift) mod N of `buf` (units = bytes);
-// afterwards every rank holds every block.
-void ring_allgather(Transport& t, void* buf, const RingBlocks& bytes, int shift);
+// afterwards every rank holds every block. With `own_src`, this rank's block is
+// taken from there instead: it is sent from `own_src` and copied into `buf` while
+// the first transfer is in flight (the peer does not wait for the copy).
+void ring_allgather(Transport& t, void* buf, const RingBlocks& bytes, int shift,
+                    const void* own_src = nullptr);
 
 // Bytes per pipelined segment (HOROVODLITE_RING_SEGMENT_BYTES, default 1 MiB).
 size_t ring_segment_bytes();

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <algorithm>
 #include <deque>
 #include <functional>
 #include <map>
@@ -198,15 +199,20 @@ void test_allreduce(int n, size_t count) {
           "allreduce n=%d count=%zu: rank %d differs from rank 0", n, count, r);
 }
 
-void test_allgather(int n, const std::vector<size_t>& sizes) {
+void test_allgather(int n, const std::vector<size_t>& sizes, bool from_input) {
   RingBlocks blocks = RingBlocks::of_sizes(sizes);
   size_t total = 0;
   for (auto s : sizes) total += s;
   on_ranks(n, [&](ThreadTransport& t) {
     const int r = t.rank();
-    std::vector<char> buf(total, 0);
-    for (size_t i = 0; i < sizes[r]; ++i) buf[blocks.offset[r] + i] = static_cast<char>(r * 31 + i);
-    ring_allgather(t, buf.data(), blocks, 0);
+    std::vector<char> buf(total, 0), mine(sizes[r]);
+    for (size_t i = 0; i < sizes[r]; ++i) mine[i] = static_cast<char>(r * 31 + i);
+    if (from_input) {
+      ring_allgather(t, buf.data(), blocks, 0, mine.data());
+    } else {
+      std::copy(mine.begin(), mine.end(), buf.begin() + blocks.offset[r]);
+      ring_allgather(t, buf.data(), blocks, 0);
+    }
     for (int j = 0; j < n; ++j)
       for (size_t i = 0; i < sizes[j]; ++i)
         if (buf[blocks.offset[j] + i] != static_cast<char>(j * 31 + i)) {
@@ -311,7 +317,8 @@ int main() {
       for (auto& s : sizes) s = rng() % 3 == 0 ? 0 : rng() % 70;  // uneven, with empty blocks
       for (int shift : {0, 1, n - 1})
         for (bool in_place : {true, false}) test_reduce_scatter(n, sizes, shift, in_place);
-      test_allgather(n, sizes);
+      test_allgather(n, sizes, false);
+      test_allgather(n, sizes, true);
       test_alltoall(n, static_cast<unsigned>(n * 100 + trial));
     }
     for (int root = 0; root < n; ++root)
