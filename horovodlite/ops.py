@@ -57,7 +57,7 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
                     postscale_factor=1.0, process_set=global_process_set):
     _topology()
     op = resolve_op(op, average)
-    src = np.ascontiguousarray(tensor)
+    src = np.asarray(tensor, order="C")  # keeps 0-d (ascontiguousarray makes it 1-d)
     return _allreduce_submit(src, np.empty_like(src), auto_name("allreduce", name, process_set), op,
                              prescale_factor, postscale_factor, process_set)
 
@@ -105,7 +105,7 @@ def _grouped(tensors, in_place, average, name, op, prescale_factor, postscale_fa
         if in_place:
             src = dst = _writable_contiguous(t, "grouped_allreduce_ (in place)")
         else:
-            src = np.ascontiguousarray(t)
+            src = np.asarray(t, order="C")
             dst = np.empty_like(src)
         handles.append(_allreduce_submit(src, dst, f"{base}.{i}", op, prescale_factor,
                                          postscale_factor, process_set, group=base,

@@ -85,8 +85,10 @@ def launch(np_, script_path, args=(), timeout=180, env=None):
     return subprocess.CompletedProcess(cmd, proc.returncode, out, None)
 
 
-def run(np_, code, timeout=180, env=None, init=True, init_kwargs=None, allow_failure=False):
-    """Runs `code` (defining main(hvd)) on np_ ranks and returns per-rank results."""
+def run(np_, code, timeout=180, env=None, init=True, init_kwargs=None, allow_failure=False,
+        return_output=False):
+    """Runs `code` (defining main(hvd)) on np_ ranks and returns per-rank results
+    (and the job's combined output too, with return_output=True)."""
     with tempfile.TemporaryDirectory(prefix="hvdl-test-") as tmp:
         script = Path(tmp) / "job.py"
         ikw = (init_kwargs or {}) if init else None
@@ -110,4 +112,5 @@ def run(np_, code, timeout=180, env=None, init=True, init_kwargs=None, allow_fai
                             f"{proc.stdout[-4000:]}")
         if proc.returncode != 0 and not allow_failure:
             raise RankError(f"mpirun exited with {proc.returncode}:\n{proc.stdout[-6000:]}")
-        return [res[1] if res and res[0] == "ok" else res for res in results]
+        results = [res[1] if res and res[0] == "ok" else res for res in results]
+        return (results, proc.stdout) if return_output else results

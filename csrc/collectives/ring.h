@@ -31,7 +31,7 @@ struct RingBlocks {
 // caller that wants only that block needs no copy afterwards).
 void ring_reduce_scatter(Transport& t, const Reducer& red, const void* src, void* dst,
                          const RingBlocks& blocks, DataType dt, ReduceOp op, int shift,
-                         HostBuffer& scratch, void* own = nullptr);
+                         HostBuffer& scratch, size_t segment_bytes = 0, void* own = nullptr);
 
 // Allgather in place: rank r holds block (r + shift) mod N of `buf` (units = bytes);
 // afterwards every rank holds every block. With `own_src`, this rank's block is
@@ -40,7 +40,8 @@ void ring_reduce_scatter(Transport& t, const Reducer& red, const void* src, void
 void ring_allgather(Transport& t, void* buf, const RingBlocks& bytes, int shift,
                     const void* own_src = nullptr);
 
-// Bytes per pipelined segment (HOROVODLITE_RING_SEGMENT_BYTES, default 1 MiB).
+// Bytes per pipelined segment (HOROVODLITE_RING_SEGMENT_BYTES, default 1 MiB); a
+// segment_bytes argument of 0 means this.
 size_t ring_segment_bytes();
 
 }  // namespace hvdl

@@ -5,6 +5,7 @@
 
 #include "../common/logging.h"
 #include "collective_op.h"
+#include "timeline.h"
 
 namespace hvdl {
 
@@ -98,7 +99,7 @@ Response Coordinator::validate(const Pending& p) const {
   return resp;
 }
 
-std::vector<Response> Coordinator::take_ready() {
+std::vector<Response> Coordinator::take_ready(Timeline* timeline) {
   std::vector<Response> out;
   // Group members are held until the whole group is complete, then released together.
   std::unordered_map<std::string, int> group_ready, group_size;
@@ -125,6 +126,12 @@ std::vector<Response> Coordinator::take_ready() {
       continue;
     }
     out.push_back(validate(p));
+    if (timeline) {
+      std::vector<Clock::time_point> ready(size_);
+      for (int r = 0; r < size_; ++r)
+        if (p.present[r]) ready[r] = p.by_rank[r].ready_at;
+      timeline->negotiated(name, ready, Clock::now());
+    }
     table_.erase(name);
   }
   order_.swap(keep);

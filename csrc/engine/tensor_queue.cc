@@ -14,7 +14,7 @@ void TensorQueue::push(std::unique_ptr<TensorEntry> e) {
   {
     std::lock_guard<std::mutex> l(mu_);
     const std::string& name = e->req.name;
-    if (!closed_.empty()) throw std::runtime_error(closed_);
+    if (closed_) throw std::runtime_error(closed_why_);
     if (table_.count(name))
       throw std::invalid_argument("horovodlite: a collective named '" + name +
                                   "' is already in flight on this rank; names must be unique "
@@ -92,17 +92,21 @@ std::vector<std::unique_ptr<TensorEntry>> TensorQueue::take_all() {
   return out;
 }
 
+std::vector<std::unique_ptr<TensorEntry>> TensorQueue::close(const std::string& why) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    closed_ = true;
+    closed_why_ = why;
+  }
+  return take_all();
+}
+
 void TensorQueue::request_flush() {
   {
     std::lock_guard<std::mutex> l(mu_);
     flush_ = true;
   }
   cv_.notify_all();
-}
-
-void TensorQueue::close(const std::string& why) {
-  std::lock_guard<std::mutex> l(mu_);
-  closed_ = why;
 }
 
 void TensorQueue::request_shutdown() {

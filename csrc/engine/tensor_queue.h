@@ -28,7 +28,8 @@ struct TensorEntry {
 
 class TensorQueue {
  public:
-  // Throws std::invalid_argument when the name is already in flight.
+  // Throws std::invalid_argument when the name is already in flight, and
+  // std::runtime_error (with the reason given to close) once the queue is closed.
   void push(std::unique_ptr<TensorEntry> e);
 
   // Waits up to `timeout` for a reason to run a round; returns true if there is one
@@ -43,11 +44,12 @@ class TensorQueue {
   TensorEntry* find(const std::string& name);
   bool has_in_flight();
   std::vector<std::unique_ptr<TensorEntry>> take_all();
+  // The background thread has stopped: refuse new work from now on (it would wait
+  // forever) and hand back what is still queued so it can be failed.
+  std::vector<std::unique_ptr<TensorEntry>> close(const std::string& why);
 
   void request_flush();  // a caller is blocked waiting: do not hold work back
   void request_shutdown();
-  // The background loop has ended: later pushes fail instead of waiting forever.
-  void close(const std::string& why);
   bool shutdown_requested();
   void notify() { cv_.notify_all(); }
 
@@ -59,8 +61,8 @@ class TensorQueue {
   std::vector<std::string> fresh_;
   size_t fresh_bytes_ = 0;
   Clock::time_point oldest_fresh_;
-  bool flush_ = false, shutdown_ = false;
-  std::string closed_;
+  bool flush_ = false, shutdown_ = false, closed_ = false;
+  std::string closed_why_;
 };
 
 }  // namespace hvdl

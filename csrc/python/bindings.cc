@@ -12,6 +12,7 @@
 #include "../engine/output_pool.h"
 #include "../reduce/identity.h"
 #include "../reduce/reduce.h"
+#include "jax_ffi.h"
 
 namespace py = pybind11;
 using namespace hvdl;
@@ -128,6 +129,25 @@ PYBIND11_MODULE(_core, m) {
   m.def("process_set_rank", [](int id) { return Engine::get().process_set_rank(id); });
   m.def("stats", [](int id) { return Engine::get().stats(id); }, py::arg("process_set") = 0);
 
+  // Operations: timeline and the knobs in effect (autotune changes them).
+  m.def("start_timeline", [](const std::string& path, bool mark_cycles) {
+    py::gil_scoped_release nogil;
+    Engine::get().start_timeline(path, mark_cycles);
+  }, py::arg("path"), py::arg("mark_cycles") = false);
+  m.def("stop_timeline", [] {
+    py::gil_scoped_release nogil;
+    Engine::get().stop_timeline();
+  });
+  m.def("tunables", [](int id) {
+    Tunables t = Engine::get().tunables(id);
+    py::dict d;
+    d["fusion_threshold"] = t.fusion_threshold;
+    d["cycle_time_ms"] = t.cycle_time_ms;
+    d["ring_segment_bytes"] = t.segment_bytes;
+    d["autotune_final"] = static_cast<bool>(t.final);
+    return d;
+  }, py::arg("process_set") = 0);
+
   // Kernel entry points, exposed so tests can check them against numpy.
   m.def("reduce_into", [](uintptr_t dst, uintptr_t src, size_t n, int dt, int op) {
     reduce_into(as_ptr(dst), as_ptr(src), n, static_cast<DataType>(dt), static_cast<ReduceOp>(op));
@@ -138,5 +158,8 @@ PYBIND11_MODULE(_core, m) {
   m.def("fill_identity", [](uintptr_t buf, size_t n, int dt, int op) {
     fill_identity(as_ptr(buf), n, static_cast<DataType>(dt), static_cast<ReduceOp>(op));
   });
+  // XLA FFI handler for horovodlite.jax (registered from Python with jax.ffi).
+  m.def("jax_ffi_handler", [] { return py::capsule(jax_ffi_handler(), static_cast<const char*>(nullptr)); });
+
   m.def("reduce_isa", [] { return std::string(reduce_isa()); });
 }

@@ -159,7 +159,7 @@ void test_reduce_scatter(int n, const std::vector<size_t>& sizes, int shift, boo
     std::vector<float> own_buf(blocks.count[own] + 1, 77.0f);
     const bool separate = !in_place && (sizes.size() + shift) % 2 == 0;
     ring_reduce_scatter(t, cpu_reducer(), in.data(), dst, blocks, DataType::FLOAT32, ReduceOp::SUM,
-                        shift, scratch, separate ? own_buf.data() : nullptr);
+                        shift, scratch, 0, separate ? own_buf.data() : nullptr);
     if (!in_place) CHECK(in == orig, "n=%d: out-of-place reduce-scatter modified its input", n);
     CHECK(own_buf.back() == 77.0f, "n=%d: wrote past the separate own block", n);
     auto res = [&](size_t i) {

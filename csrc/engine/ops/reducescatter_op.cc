@@ -98,11 +98,14 @@ class ReducescatterOp : public CollectiveOp {
         src = work;
       }
       auto out = output(0);
+      PhaseScope p(ctx.phases, "RING_REDUCE_SCATTER");
       if (src == work) {
-        ring_reduce_scatter(t, ctx.reducer, work, work, blocks, dt, op, 0, ctx.scratch);
+        ring_reduce_scatter(t, ctx.reducer, work, work, blocks, dt, op, 0, ctx.scratch,
+                            ctx.segment_bytes);
         finish(0, std::move(out), work + blocks.offset[me] * es);
       } else {  // the finished block lands in the output directly
-        ring_reduce_scatter(t, ctx.reducer, src, work, blocks, dt, op, 0, ctx.scratch, out.get());
+        ring_reduce_scatter(t, ctx.reducer, src, work, blocks, dt, op, 0, ctx.scratch,
+                            ctx.segment_bytes, out.get());
         finish(0, std::move(out), nullptr);
       }
       return;
@@ -121,16 +124,23 @@ class ReducescatterOp : public CollectiveOp {
     RingBlocks blocks = RingBlocks::of_sizes(block);
     const size_t total = blocks.offset[n - 1] + blocks.count[n - 1];
     char* fb = ctx.fusion.reserve(total * es);
-    for (size_t k = 0; k < k_count; ++k) {
-      const char* in = static_cast<const char*>(entries[k]->input);
-      for (int j = 0; j < n; ++j) {
-        size_t bytes = rows[k][j] * row_elems[k] * es;
-        size_t from = block_offset(group[k]->shape[0], n, j) * row_elems[k] * es;
-        if (bytes) std::memcpy(fb + (blocks.offset[j] + at[k][j]) * es, in + from, bytes);
+    {
+      PhaseScope p(ctx.phases, "MEMCPY_IN_FUSION_BUFFER");
+      for (size_t k = 0; k < k_count; ++k) {
+        const char* in = static_cast<const char*>(entries[k]->input);
+        for (int j = 0; j < n; ++j) {
+          size_t bytes = rows[k][j] * row_elems[k] * es;
+          size_t from = block_offset(group[k]->shape[0], n, j) * row_elems[k] * es;
+          if (bytes) std::memcpy(fb + (blocks.offset[j] + at[k][j]) * es, in + from, bytes);
+        }
       }
     }
     ctx.reducer.scale(fb, total, dt, head.prescale);
-    ring_reduce_scatter(t, ctx.reducer, fb, fb, blocks, dt, op, 0, ctx.scratch);
+    {
+      PhaseScope p(ctx.phases, "RING_REDUCE_SCATTER");
+      ring_reduce_scatter(t, ctx.reducer, fb, fb, blocks, dt, op, 0, ctx.scratch, ctx.segment_bytes);
+    }
+    PhaseScope p(ctx.phases, "MEMCPY_OUT_FUSION_BUFFER");
     for (size_t k = 0; k < k_count; ++k) finish(k, output(k), fb + (blocks.offset[me] + at[k][me]) * es);
   }
 };
