@@ -254,7 +254,7 @@ def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
     return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
 
 
-def _splits_list(splits, process_set):
+def _splits_list(splits):
     """(splits as a list of ints, error text). Problems are not raised here but sent
     with the request, so every rank of the collective fails with the same message."""
     if splits is None:
@@ -272,7 +272,7 @@ def _splits_list(splits, process_set):
 def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
     _topology()
     src = _contiguous(tensor)
-    split_list, err = _splits_list(splits, process_set)
+    split_list, err = _splits_list(splits)
     dt = src.dtype
 
     def finish(h):

@@ -66,8 +66,10 @@ class BroadcastOp : public CollectiveOp {
 
     if (group.size() == 1) {
       root_copy(0);
+      PhaseScope p(ctx.phases, "BROADCAST");
       broadcast_bytes(t, dst[0], layout.bytes(0), root);
     } else {
+      PhaseScope p(ctx.phases, "BROADCAST_FUSED");
       char* fb = ctx.fusion.reserve(layout.total_bytes());
       if (is_root)
         for (size_t k = 0; k < group.size(); ++k)
