@@ -55,7 +55,7 @@ def _sub_name(name, suffix):
 
 
 def _prepare(tensor, what):
-    """(contiguous detached source, core dtype code, device) of a tensor argument."""
+    """(contiguous detached source, device ordinal) of a tensor argument."""
     check_tensor(tensor, what)
     src = tensor.detach()
     if not src.is_contiguous():
