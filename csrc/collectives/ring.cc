@@ -48,7 +48,7 @@ inline int wrap(int i, int n) { return ((i % n) + n) % n; }
 
 void ring_reduce_scatter(Transport& t, const Reducer& red, const void* src, void* dst,
                          const RingBlocks& blocks, DataType dt, ReduceOp op, int shift,
-                         HostBuffer& scratch) {
+                         Buffer& scratch, size_t segment_bytes) {
   const int n = t.size(), r = t.rank();
   const size_t es = dtype_size(dt);
   const char* in = static_cast<const char*>(src);
@@ -59,7 +59,7 @@ void ring_reduce_scatter(Transport& t, const Reducer& red, const void* src, void
     return;
   }
   const int right = (r + 1) % n, left = (r - 1 + n) % n;
-  const size_t seg = std::max<size_t>(1, ring_segment_bytes() / es);
+  const size_t seg = std::max<size_t>(1, (segment_bytes ? segment_bytes : ring_segment_bytes()) / es);
   char* slots = in_place ? scratch.reserve(2 * seg * es) : nullptr;
   auto seg_len = [&](size_t total, size_t k) {
     size_t off = k * seg;

@@ -29,13 +29,14 @@ struct RingBlocks {
 // read and partial results are built in `dst` (no copy of the input first).
 void ring_reduce_scatter(Transport& t, const Reducer& red, const void* src, void* dst,
                          const RingBlocks& blocks, DataType dt, ReduceOp op, int shift,
-                         HostBuffer& scratch);
+                         Buffer& scratch, size_t segment_bytes = 0);
 
 // Allgather in place: rank r holds block (r + shift) mod N of `buf` (units = bytes);
 // afterwards every rank holds every block.
 void ring_allgather(Transport& t, void* buf, const RingBlocks& bytes, int shift);
 
-// Bytes per pipelined segment (HOROVODLITE_RING_SEGMENT_BYTES, default 1 MiB).
+// Bytes per pipelined segment (HOROVODLITE_RING_SEGMENT_BYTES, default 1 MiB); a
+// segment_bytes argument of 0 means this.
 size_t ring_segment_bytes();
 
 }  // namespace hvdl

@@ -1,6 +1,6 @@
-// A persistent, 64-byte aligned host buffer that only grows. Fusion and scratch
-// buffers use it so the hot path never allocates: fresh pages cost a page fault
-// each, which at tens of MiB is slower than the transfer itself.
+// Persistent buffers that only grow. Fusion and scratch buffers use them so the hot
+// path never allocates: fresh host pages cost a page fault each, which at tens of MiB
+// is slower than the transfer itself (and cudaMalloc/cudaFree synchronise the GPU).
 #pragma once
 #include <cstdlib>
 #include <cstring>
@@ -8,15 +8,24 @@
 
 namespace hvdl {
 
-class HostBuffer {
+// Where the memory lives is the implementation's business (host here, a GPU's memory
+// in engine/cuda_device.cc); algorithms only ask for room.
+class Buffer {
+ public:
+  virtual ~Buffer() = default;
+  // Ensures capacity >= bytes; contents are not preserved when it grows.
+  virtual char* reserve(size_t bytes) = 0;
+};
+
+// Host memory, 4096-byte aligned.
+class HostBuffer final : public Buffer {
  public:
   HostBuffer() = default;
   HostBuffer(const HostBuffer&) = delete;
   HostBuffer& operator=(const HostBuffer&) = delete;
-  ~HostBuffer() { std::free(data_); }
+  ~HostBuffer() override { std::free(data_); }
 
-  // Ensures capacity >= bytes; contents are not preserved when it grows.
-  char* reserve(size_t bytes) {
+  char* reserve(size_t bytes) override {
     if (bytes <= cap_) return data_;
     size_t want = (bytes + 4095) & ~size_t(4095);
     std::free(data_);
