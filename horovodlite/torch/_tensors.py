@@ -2,9 +2,9 @@
 engine-owned outputs -> torch tensors. Nothing here is compiled against torch: the
 core only ever sees addresses, so any torch version works.
 
-Device hand-off: host tensors go as device -1. A CUDA tensor goes as its ordinal once
-the core is built with CUDA; its producer stream is synchronized first, so the core may
-read it from any stream (the GPU work can later replace this with an event)."""
+Device hand-off: host tensors go as device -1; a CUDA tensor as its ordinal plus the
+stream that produces it (the engine orders its own stream after that one, and a handle
+completes only once the results are in place)."""
 import torch
 
 from .. import dtypes as _codes
@@ -32,16 +32,18 @@ def torch_dtype(code):
     return _FROM_CODE[code]
 
 
-def device_of(t, what="tensor"):
-    """-1 for host memory, else the CUDA ordinal (after the producer stream is done)."""
+def placement(t, what="tensor"):
+    """Where the core finds `t`: {"device": -1} for host memory; for a CUDA tensor its
+    ordinal and the producer's current stream, which the engine's stream waits on
+    before reading (so nothing here blocks the caller)."""
     kind = t.device.type
     if kind == "cpu":
-        return -1
+        return {"device": -1}
     if kind == "cuda" and getattr(_core, "CUDA_BUILT", False):
-        torch.cuda.current_stream(t.device).synchronize()
-        return t.device.index
+        return {"device": t.device.index,
+                "stream": torch.cuda.current_stream(t.device).cuda_stream}
     raise ValueError(f"horovodlite: {what} is on device '{t.device}', which this build cannot "
-                     "reach (host tensors only); move it with .cpu() first")
+                     "reach (cuda_built() is False); move it with .cpu() first")
 
 
 def check_tensor(t, what):

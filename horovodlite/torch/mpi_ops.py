@@ -21,7 +21,7 @@ from ..handles import auto_name, poll, submit, synchronize
 from ..ops import (ALLGATHER, ALLREDUCE, ALLTOALL, BROADCAST, REDUCESCATTER, _GroupHandle,
                    _root_in_set, _splits_list, resolve_op)
 from ..process_sets import _set_id, global_process_set
-from ._tensors import check_tensor, code_of, device_of, engine_output
+from ._tensors import check_tensor, code_of, engine_output, placement
 from .compression import Compression
 
 __all__ = [
@@ -54,13 +54,17 @@ def _sub_name(name, suffix):
     return None if name is None else f"{name}.{suffix}"
 
 
-def _prepare(tensor, what):
-    """(contiguous detached source, core dtype code, device) of a tensor argument."""
+def _prepare(tensor, what, on_device=False):
+    """(contiguous detached source, where it lives: core enqueue arguments). Ops the
+    core runs on host memory only (`on_device` False) get GPU tensors staged through
+    the host; their results go back to the tensor's device."""
     check_tensor(tensor, what)
     src = tensor.detach()
+    if src.device.type != "cpu" and not on_device:
+        src = src.cpu()
     if not src.is_contiguous():
         src = src.contiguous()
-    return src, device_of(tensor, what)
+    return src, placement(src, what)
 
 
 def _in_place_target(tensor, src):
@@ -82,7 +86,7 @@ def _in_place_target(tensor, src):
 def _allreduce_submit(tensor, in_place, name, op, prescale, postscale, process_set,
                       group="", group_size=0):
     what = f"allreduce '{name}'"
-    src, device = _prepare(tensor, what)
+    src, where = _prepare(tensor, what, on_device=True)
     code = code_of(src.dtype, reducible=True, what=what)
     if in_place:
         dst, finish = _in_place_target(tensor, src)
@@ -91,7 +95,7 @@ def _allreduce_submit(tensor, in_place, name, op, prescale, postscale, process_s
         finish = lambda h: dst  # noqa: E731
     return submit((tensor, src, dst), finish, op=ALLREDUCE, name=name, input=src.data_ptr(),
                   output=dst.data_ptr(), dtype=code, shape=list(src.shape), reduce_op=op,
-                  prescale=float(prescale), postscale=float(postscale), device=device,
+                  prescale=float(prescale), postscale=float(postscale), **where,
                   process_set=_set_id(process_set), group=group, group_size=group_size)
 
 
@@ -243,14 +247,14 @@ def grouped_allreduce(tensors, average=None, name=None, compression=Compression.
 
 def _allgather_submit(tensor, name, process_set, group="", group_size=0):
     what = f"allgather '{name}'"
-    src, device = _prepare(tensor, what)
+    src, where = _prepare(tensor, what)
     code = code_of(src.dtype, what=what)
     if src.dim() == 0:  # a scalar gathers as one row
         src = src.reshape(1)
     dtype, dev = src.dtype, tensor.device
     return submit((tensor, src), lambda h: engine_output(h, dtype, dev), op=ALLGATHER,
                   name=name, input=src.data_ptr(), output=0, dtype=code, shape=list(src.shape),
-                  device=device, process_set=_set_id(process_set), group=group,
+                  **where, process_set=_set_id(process_set), group=group,
                   group_size=group_size)
 
 
@@ -329,17 +333,17 @@ def grouped_allgather(tensors, name=None, process_set=global_process_set):
 
 def _broadcast_submit(tensor, in_place, root_rank, name, process_set):
     what = f"broadcast '{name}'"
-    src, device = _prepare(tensor, what)
+    src, where = _prepare(tensor, what)
     code = code_of(src.dtype, what=what)
     root, err = _root_in_set(root_rank, process_set)
     if in_place:
         dst, finish = _in_place_target(tensor, src)
     else:
         dst = torch.empty_like(src)
-        finish = lambda h: dst  # noqa: E731
+        finish = lambda h: dst.to(tensor.device)  # noqa: E731
     return submit((tensor, src, dst), finish, op=BROADCAST, name=name, input=src.data_ptr(),
                   output=dst.data_ptr(), dtype=code, shape=list(src.shape), root=root,
-                  device=device, process_set=_set_id(process_set), error=err)
+                  **where, process_set=_set_id(process_set), error=err)
 
 
 def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
@@ -387,7 +391,7 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
     _topology()
     name = _op_name("alltoall", name, process_set)
     what = f"alltoall '{name}'"
-    src, device = _prepare(tensor, what)
+    src, where = _prepare(tensor, what)
     code = code_of(src.dtype, what=what)
     dtype, dev = src.dtype, tensor.device
     if isinstance(splits, torch.Tensor):
@@ -402,7 +406,7 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
 
     return submit((tensor, src), finish, op=ALLTOALL, name=name, input=src.data_ptr(),
                   output=0, dtype=code, shape=list(src.shape), splits=split_list, error=err,
-                  device=device, process_set=_set_id(process_set))
+                  **where, process_set=_set_id(process_set))
 
 
 class HorovodAlltoall(torch.autograd.Function):
@@ -438,13 +442,13 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
 def _reducescatter_submit(tensor, name, op, prescale, postscale, process_set, group="",
                           group_size=0):
     what = f"reducescatter '{name}'"
-    src, device = _prepare(tensor, what)
+    src, where = _prepare(tensor, what)
     code = code_of(src.dtype, reducible=True, what=what)
     dtype, dev = src.dtype, tensor.device
     return submit((tensor, src), lambda h: engine_output(h, dtype, dev), op=REDUCESCATTER,
                   name=name, input=src.data_ptr(), output=0, dtype=code, shape=list(src.shape),
                   reduce_op=op, prescale=float(prescale), postscale=float(postscale),
-                  device=device, process_set=_set_id(process_set), group=group,
+                  **where, process_set=_set_id(process_set), group=group,
                   group_size=group_size)
 
 
