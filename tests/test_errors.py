@@ -1,11 +1,8 @@
 """Every user error of the allreduce engine: a clear Python exception on every rank
 that took part (naming the tensor, the ranks and the values), never a hang, and the
 job goes on afterwards."""
-import re
 import textwrap
-from pathlib import Path
 
-import pytest
 
 from mpirun import launch, run
 
