@@ -3,10 +3,9 @@ that took part (naming the tensor, the ranks and the values), never a hang, and 
 job goes on afterwards."""
 import textwrap
 
-
 from mpirun import launch, run
 
-# (case, what each rank passes: rank 1 differs, the value strings the message must name)
+# kind -> (what ranks 0 and 2 pass, what rank 1 passes), as the message must name them
 MISMATCHES = {
     "shape": ("(3,)", "(4,)"),
     "dtype": ("float32", "float64"),
