@@ -8,14 +8,13 @@
 namespace hvdl {
 
 std::vector<std::vector<const Response*>> plan_fusion(const std::vector<Response>& responses,
-                                                      size_t threshold, size_t solo_bytes) {
+                                                      size_t threshold) {
   std::vector<std::vector<const Response*>> groups;
   std::map<std::string, std::pair<size_t, size_t>> open;  // key -> (group index, bytes)
   for (const Response& r : responses) {
     const CollectiveOp* op = r.ok() ? find_op(r.op) : nullptr;
     size_t bytes = op ? op->fusion_bytes(r) : 0;
-    if (!op || bytes == 0 || threshold == 0 || FusionLayout::align(bytes) > threshold ||
-        bytes >= solo_bytes) {
+    if (!op || bytes == 0 || threshold == 0 || FusionLayout::align(bytes) > threshold) {
       groups.push_back({&r});
       continue;
     }

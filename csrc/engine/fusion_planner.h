@@ -1,9 +1,7 @@
 // Cuts the ordered responses of a round into execution groups. Every rank plans the
 // same list with the same threshold, so every rank runs the same groups in the same
 // order. A fusable response joins the open group with its fusion key while it fits;
-// others run alone, and so does any response of solo_bytes or more (a large tensor
-// gains nothing from fusion and would pay a copy into and out of the buffer).
-// Grouped requests (grouped_allreduce) stay together when they fit.
+// others run alone. Grouped requests (grouped_allreduce) stay together when they fit.
 #pragma once
 #include <vector>
 
@@ -12,6 +10,6 @@
 namespace hvdl {
 
 std::vector<std::vector<const Response*>> plan_fusion(const std::vector<Response>& responses,
-                                                      size_t threshold, size_t solo_bytes);
+                                                      size_t threshold);
 
 }  // namespace hvdl

@@ -99,11 +99,7 @@ void Worker::loop() {
 
 void Worker::execute(const std::vector<Response>& responses) {
   ExecContext ctx{*transport_, cpu_reducer(), fusion_, scratch_, params_.fusion_threshold};
-  // A tensor this large is reduced where it lies: copying it into the fusion buffer
-  // and back costs more than the extra ring's fixed latency, which grows with the
-  // number of steps, 2(N-1).
-  const size_t solo = kSoloBytesPerPeer * static_cast<size_t>(std::max(1, transport_->size() - 1));
-  for (auto& group : plan_fusion(responses, params_.fusion_threshold, solo)) {
+  for (auto& group : plan_fusion(responses, params_.fusion_threshold)) {
     std::vector<std::unique_ptr<TensorEntry>> owned;
     std::vector<TensorEntry*> entries;
     for (auto* r : group) {

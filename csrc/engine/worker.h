@@ -40,7 +40,6 @@ class Worker {
   void loop();
   void wait_for_round();
   void execute(const std::vector<Response>& responses);
-  static constexpr size_t kSoloBytesPerPeer = 256u << 10;
 
   std::unique_ptr<Transport> transport_;
   EngineParams params_;
