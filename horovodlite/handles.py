@@ -9,13 +9,16 @@ _pending = {}  # handle -> (objects to keep alive, finish(handle) -> result)
 _counters = {}
 
 
-def auto_name(kind, name):
-    """Unnamed collectives are named in call order, the same on every rank."""
+def auto_name(kind, name, process_set=None):
+    """Unnamed collectives are named in call order, the same on every rank. The count
+    is kept per process set: ranks that ran unnamed collectives on different sets
+    still agree on the names of the next ones on the sets they share."""
     if name is not None:
         return str(name)
+    set_id = getattr(process_set, "process_set_id", None) or 0
     with _lock:
-        n = _counters.get(kind, 0)
-        _counters[kind] = n + 1
+        n = _counters.get((kind, set_id), 0)
+        _counters[(kind, set_id)] = n + 1
     return f"{kind}.noname.{n}"
 
 

@@ -2,6 +2,7 @@
 core and returns a handle; `synchronize` turns the handle into the result."""
 import numpy as np
 
+from ._loader import _core
 from . import dtypes
 from .basics import Adasum, Average, Sum, _topology
 from .handles import auto_name, poll, submit, synchronize
@@ -13,6 +14,12 @@ ALLREDUCE, ALLGATHER, BROADCAST, ALLTOALL, REDUCESCATTER, BARRIER, JOIN = range(
 __all__ = [
     "allreduce", "allreduce_", "allreduce_async", "allreduce_async_",
     "grouped_allreduce", "grouped_allreduce_", "grouped_allreduce_async", "grouped_allreduce_async_",
+    "allgather", "allgather_async", "grouped_allgather", "grouped_allgather_async",
+    "broadcast", "broadcast_", "broadcast_async", "broadcast_async_",
+    "grouped_broadcast_", "grouped_broadcast_async_",
+    "alltoall", "alltoall_async",
+    "reducescatter", "reducescatter_async", "grouped_reducescatter", "grouped_reducescatter_async",
+    "barrier", "join",
     "poll", "synchronize",
 ]
 
@@ -51,7 +58,7 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
     _topology()
     op = resolve_op(op, average)
     src = np.asarray(tensor, order="C")  # keeps 0-d (ascontiguousarray makes it 1-d)
-    return _allreduce_submit(src, np.empty_like(src), auto_name("allreduce", name), op,
+    return _allreduce_submit(src, np.empty_like(src), auto_name("allreduce", name, process_set), op,
                              prescale_factor, postscale_factor, process_set)
 
 
@@ -60,7 +67,7 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
     _topology()
     op = resolve_op(op, average)
     t = _writable_contiguous(tensor, "allreduce_ (in place)")
-    return _allreduce_submit(t, t, auto_name("allreduce", name), op, prescale_factor,
+    return _allreduce_submit(t, t, auto_name("allreduce", name, process_set), op, prescale_factor,
                              postscale_factor, process_set)
 
 
@@ -92,7 +99,7 @@ class _GroupHandle:
 def _grouped(tensors, in_place, average, name, op, prescale_factor, postscale_factor, process_set):
     _topology()
     op = resolve_op(op, average)
-    base = auto_name("grouped_allreduce", name)
+    base = auto_name("grouped_allreduce", name, process_set)
     handles = []
     for i, t in enumerate(tensors):
         if in_place:
@@ -127,3 +134,229 @@ def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_facto
                        postscale_factor=1.0, process_set=global_process_set):
     return synchronize(grouped_allreduce_async_(tensors, average, name, op, prescale_factor,
                                                 postscale_factor, process_set))
+
+
+# ---- collectives whose output the engine allocates (sizes known after negotiation) ----
+
+def _contiguous(t):
+    """C-contiguous view or copy that keeps 0-d arrays 0-d (np.ascontiguousarray
+    would make them 1-d)."""
+    a = np.asarray(t)
+    return a if a.flags.c_contiguous else np.ascontiguousarray(a)
+
+
+def _engine_output(handle, dtype):
+    """The engine-allocated result of `handle` viewed as an array (no copy; the array
+    keeps the memory alive)."""
+    return _core.output(handle).view(dtype).reshape(_core.output_shape(handle))
+
+
+def _submit_engine_output(kind, src, name, process_set, group="", group_size=0, reducible=False,
+                          finish=None, **kwargs):
+    code = dtypes.code_of(src.dtype, reducible=reducible, what=kind)
+    dt = src.dtype
+    finish = finish or (lambda h: _engine_output(h, dt))
+    return submit((src,), finish, name=name, input=src.ctypes.data, output=0, dtype=code,
+                  shape=list(src.shape), process_set=_set_id(process_set), group=group,
+                  group_size=group_size, **kwargs)
+
+
+def _allgather_submit(tensor, name, process_set, group="", group_size=0):
+    src = _contiguous(tensor)
+    if src.ndim == 0:  # a scalar gathers as one row
+        src = src.reshape(1)
+    return _submit_engine_output("allgather", src, name, process_set, group, group_size,
+                                 op=ALLGATHER)
+
+
+def allgather_async(tensor, name=None, process_set=global_process_set):
+    _topology()
+    return _allgather_submit(tensor, auto_name("allgather", name, process_set), process_set)
+
+
+def allgather(tensor, name=None, process_set=global_process_set):
+    """Concatenates `tensor` from every rank of the set along dim 0 (which may differ
+    per rank; the other dims must match). Returns a new array."""
+    return synchronize(allgather_async(tensor, name, process_set))
+
+
+def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
+    _topology()
+    base = auto_name("grouped_allgather", name, process_set)
+    return _GroupHandle([_allgather_submit(t, f"{base}.{i}", process_set, base, len(tensors))
+                         for i, t in enumerate(tensors)])
+
+
+def grouped_allgather(tensors, name=None, process_set=global_process_set):
+    """Allgathers a list of arrays as one unit (negotiated together, fused)."""
+    return synchronize(grouped_allgather_async(tensors, name, process_set))
+
+
+def _root_in_set(root_rank, process_set):
+    """Horovod's root_rank is a global rank; the engine counts ranks within the set.
+    Returns (root within the set, error text for a root outside it)."""
+    root = int(root_rank)
+    if process_set is None or process_set.process_set_id == 0:
+        return root, ""
+    if root not in process_set.ranks:
+        return -1, (f"root_rank {root} is not a member of the process set "
+                    f"(ranks {process_set.ranks})")
+    return process_set.ranks.index(root), ""
+
+
+def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
+    _topology()
+    src = _contiguous(tensor)
+    root, err = _root_in_set(root_rank, process_set)
+    name = auto_name("broadcast", name, process_set)
+    return _submit_engine_output("broadcast", src, name, process_set, op=BROADCAST, root=root,
+                                 error=err)
+
+
+def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
+    _topology()
+    t = _writable_contiguous(tensor, "broadcast_ (in place)")
+    code = dtypes.code_of(t.dtype, what="broadcast")
+    root, err = _root_in_set(root_rank, process_set)
+    return submit((t,), lambda h: t, op=BROADCAST, name=auto_name("broadcast", name, process_set),
+                  input=t.ctypes.data, output=t.ctypes.data, dtype=code, shape=list(t.shape),
+                  root=root, process_set=_set_id(process_set), error=err)
+
+
+def grouped_broadcast_async_(tensors, root_rank, name=None, process_set=global_process_set):
+    _topology()
+    root, err = _root_in_set(root_rank, process_set)
+    base = auto_name("grouped_broadcast", name, process_set)
+    handles = []
+    for i, t in enumerate(tensors):
+        t = _writable_contiguous(t, "grouped_broadcast_ (in place)")
+        handles.append(submit((t,), lambda h, t=t: t, op=BROADCAST, name=f"{base}.{i}",
+                              input=t.ctypes.data, output=t.ctypes.data,
+                              dtype=dtypes.code_of(t.dtype, what="broadcast"), shape=list(t.shape),
+                              root=root, process_set=_set_id(process_set), error=err, group=base,
+                              group_size=len(tensors)))
+    return _GroupHandle(handles)
+
+
+def grouped_broadcast_(tensors, root_rank, name=None, process_set=global_process_set):
+    """Broadcasts a list of arrays in place as one unit: small ones share one transfer
+    (not in Horovod; what broadcast_parameters wants for a whole model)."""
+    return synchronize(grouped_broadcast_async_(tensors, root_rank, name, process_set))
+
+
+def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
+    """Returns a new array holding `root_rank`'s `tensor` (root_rank is a global rank)."""
+    return synchronize(broadcast_async(tensor, root_rank, name, process_set))
+
+
+def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
+    """Overwrites `tensor` with `root_rank`'s (in place); returns it."""
+    return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
+
+
+def _splits_list(splits, process_set):
+    """(splits as a list of ints, error text). Problems are not raised here but sent
+    with the request, so every rank of the collective fails with the same message."""
+    if splits is None:
+        return [], ""
+    s = np.asarray(splits)
+    if s.dtype.kind not in "iu":
+        return [], f"splits must be integers, got dtype {s.dtype}"
+    if s.ndim != 1:
+        return [], f"splits must be 1-D (one entry per rank), got shape {s.shape}"
+    if s.size == 0:
+        return [], "splits is empty, expected one entry per rank"
+    return [int(x) for x in s], ""
+
+
+def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
+    _topology()
+    src = _contiguous(tensor)
+    split_list, err = _splits_list(splits, process_set)
+    dt = src.dtype
+
+    def finish(h):
+        return _engine_output(h, dt), np.asarray(_core.aux(h), dtype=np.int32)
+
+    name = auto_name("alltoall", name, process_set)
+    return _submit_engine_output("alltoall", src, name, process_set, finish=finish, op=ALLTOALL,
+                                 splits=split_list, error=err)
+
+
+def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
+    """Sends rows [sum(splits[:j]), +splits[j]) of `tensor` to rank j of the set (equal
+    parts when splits is None) and returns (received rows concatenated in rank order,
+    received_splits)."""
+    return synchronize(alltoall_async(tensor, splits, name, process_set))
+
+
+def _reducescatter_submit(tensor, name, op, prescale, postscale, process_set, group="",
+                          group_size=0):
+    src = _contiguous(tensor)
+    return _submit_engine_output("reducescatter", src, name, process_set, group, group_size,
+                                 reducible=True, op=REDUCESCATTER, reduce_op=op,
+                                 prescale=float(prescale), postscale=float(postscale))
+
+
+def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set,
+                        prescale_factor=1.0, postscale_factor=1.0):
+    _topology()
+    op = resolve_op(op, None)
+    name = auto_name("reducescatter", name, process_set)
+    return _reducescatter_submit(tensor, name, op, prescale_factor, postscale_factor, process_set)
+
+
+def reducescatter(tensor, name=None, compression=None, op=Average, process_set=global_process_set,
+                  prescale_factor=1.0, postscale_factor=1.0):
+    """Reduces `tensor` over the set; rank r keeps its block of dim-0 rows (the first
+    dim0 % size ranks get one extra row)."""
+    if compression is not None:
+        tensor, ctx = compression.compress(tensor)
+        out = synchronize(reducescatter_async(tensor, name, op, process_set, prescale_factor,
+                                              postscale_factor))
+        return compression.decompress(out, ctx)
+    return synchronize(reducescatter_async(tensor, name, op, process_set, prescale_factor,
+                                           postscale_factor))
+
+
+def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=global_process_set,
+                                prescale_factor=1.0, postscale_factor=1.0):
+    _topology()
+    op = resolve_op(op, None)
+    base = auto_name("grouped_reducescatter", name, process_set)
+    return _GroupHandle([_reducescatter_submit(t, f"{base}.{i}", op, prescale_factor,
+                                               postscale_factor, process_set, base, len(tensors))
+                         for i, t in enumerate(tensors)])
+
+
+def grouped_reducescatter(tensors, name=None, compression=None, op=Average,
+                          process_set=global_process_set, prescale_factor=1.0,
+                          postscale_factor=1.0):
+    """Reducescatters a list of arrays as one unit (negotiated together, fused)."""
+    if compression is not None:
+        pairs = [compression.compress(t) for t in tensors]
+        outs = synchronize(grouped_reducescatter_async([p[0] for p in pairs], name, op, process_set,
+                                                       prescale_factor, postscale_factor))
+        return [compression.decompress(o, p[1]) for o, p in zip(outs, pairs)]
+    return synchronize(grouped_reducescatter_async(tensors, name, op, process_set, prescale_factor,
+                                                   postscale_factor))
+
+
+# ---- synchronisation ----
+
+def barrier(process_set=global_process_set):
+    """Returns once every rank of the set has called barrier()."""
+    _topology()
+    name = auto_name("barrier", None, process_set)
+    synchronize(submit((), lambda h: None, op=BARRIER, name=name, input=0, output=0,
+                       dtype=dtypes.UINT8, shape=[], process_set=_set_id(process_set)))
+
+
+def join(device=-1):
+    """This rank has no more data. Until every rank has joined, the others' allreduces
+    go on with this rank contributing the identity (0 for Sum/Average; Average still
+    divides by the full size). Returns the last rank to join, the same on every rank.
+    `device` is accepted for Horovod compatibility and ignored."""
+    _topology()
+    return synchronize(submit((), lambda h: int(_core.aux(h)[0]), op=JOIN, name=_core.JOIN_NAME,
+                              input=0, output=0, dtype=dtypes.UINT8, shape=[], process_set=0))

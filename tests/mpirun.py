@@ -24,7 +24,6 @@ ROOT = Path(__file__).resolve().parent.parent
 _PRELUDE = """
 import os, pickle, sys, traceback
 import numpy as np
-sys.path.insert(0, {root!r})
 _out = {out!r}
 _init_kwargs = {init_kwargs!r}
 import horovodlite as hvd
@@ -59,7 +58,6 @@ def mpi_env(extra=None):
     env = dict(os.environ)
     env.update({
         "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
-        "PYTHONPATH": os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]),
         "PYTHONUNBUFFERED": "1",
         # tests must not depend on how many cores the machine has
         "OMPI_MCA_rmaps_base_oversubscribe": "1",
@@ -94,7 +92,7 @@ def run(np_, code, timeout=180, env=None, init=True, init_kwargs=None, allow_fai
     with tempfile.TemporaryDirectory(prefix="hvdl-test-") as tmp:
         script = Path(tmp) / "job.py"
         ikw = (init_kwargs or {}) if init else None
-        script.write_text(_PRELUDE.format(root=str(ROOT), out=tmp, init_kwargs=ikw)
+        script.write_text(_PRELUDE.format(out=tmp, init_kwargs=ikw)
                           + textwrap.dedent(code) + _EPILOGUE.format())
         proc = launch(np_, script, timeout=timeout, env=env)
         results = []

@@ -4,17 +4,24 @@
 #include "../common/buffer.h"
 #include "../common/dtype.h"
 #include "../transport/transport.h"
+#include "phase_observer.h"
 #include "reducer.h"
+#include "ring.h"
 
 namespace hvdl {
+
+struct RingOptions {
+  // Pipelining granularity; 0 = ring_segment_bytes(). Must be equal on every rank.
+  size_t segment_bytes = 0;
+  // Told about RING_REDUCE_SCATTER and RING_ALLGATHER; may be null.
+  PhaseObserver* phases = nullptr;
+};
 
 // In-place allreduce of `count` elements of `buf` over every rank of `t`.
 // `postscale` multiplies the result (average = sum with postscale 1/N).
 // `scratch` is the caller's persistent receive buffer.
 void ring_allreduce(Transport& t, const Reducer& red, void* buf, size_t count, DataType dt,
-                    ReduceOp op, double postscale, HostBuffer& scratch);
-
-// Bytes per pipelined segment (HOROVODLITE_RING_SEGMENT_BYTES, default 1 MiB).
-size_t ring_segment_bytes();
+                    ReduceOp op, double postscale, HostBuffer& scratch,
+                    const RingOptions& opts = RingOptions());
 
 }  // namespace hvdl

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "../collectives/phase_observer.h"
 #include "../collectives/reducer.h"
 #include "../common/buffer.h"
 #include "../transport/transport.h"
@@ -20,6 +21,8 @@ struct ExecContext {
   HostBuffer& fusion;   // persistent fusion buffer of this process set
   HostBuffer& scratch;  // persistent receive buffer of the algorithms
   size_t fusion_threshold;
+  size_t segment_bytes = 0;         // ring pipelining (RingOptions), same on every rank
+  PhaseObserver* phases = nullptr;  // the timeline, when it records: report phases here
 };
 
 class CollectiveOp {

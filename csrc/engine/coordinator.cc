@@ -5,10 +5,9 @@
 
 #include "../common/logging.h"
 #include "collective_op.h"
+#include "timeline.h"
 
 namespace hvdl {
-
-static const char* kJoinName = "__horovodlite_join__";
 
 Coordinator::Coordinator(int size, double warn_s, double fail_s)
     : size_(size), warn_s_(warn_s), fail_s_(fail_s) {}
@@ -63,6 +62,16 @@ Response Coordinator::validate(const Pending& p) const {
   resp.group = first->group;
   for (int r : joined_) resp.joined.push_back(r);
 
+  // Arguments a rank found invalid before enqueueing fail the collective everywhere.
+  std::string arg_errors;
+  for (size_t r = 0; r < reqs.size(); ++r)
+    if (reqs[r] && !reqs[r]->error.empty())
+      arg_errors += (arg_errors.empty() ? "" : "; ") + ("rank " + std::to_string(r) + ": " + reqs[r]->error);
+  if (!arg_errors.empty()) {
+    resp.error = std::string("horovodlite: ") + op_type_name(first->op) + " '" + first->name +
+                 "': invalid arguments: " + arg_errors;
+    return resp;
+  }
   if (!check_same(reqs, resp, "operation", [](const Request& q) { return std::string(op_type_name(q.op)); }))
     return resp;
   if (!check_same(reqs, resp, "dtype", [](const Request& q) { return std::string(dtype_name(q.dtype)); }))
@@ -90,7 +99,7 @@ Response Coordinator::validate(const Pending& p) const {
   return resp;
 }
 
-std::vector<Response> Coordinator::take_ready() {
+std::vector<Response> Coordinator::take_ready(Timeline* timeline) {
   std::vector<Response> out;
   // Group members are held until the whole group is complete, then released together.
   std::unordered_map<std::string, int> group_ready, group_size;
@@ -117,6 +126,12 @@ std::vector<Response> Coordinator::take_ready() {
       continue;
     }
     out.push_back(validate(p));
+    if (timeline) {
+      std::vector<Clock::time_point> ready(size_);
+      for (int r = 0; r < size_; ++r)
+        if (p.present[r]) ready[r] = p.by_rank[r].ready_at;
+      timeline->negotiated(name, ready, Clock::now());
+    }
     table_.erase(name);
   }
   order_.swap(keep);

@@ -6,6 +6,7 @@
 
 #include "../common/env.h"
 #include "../common/logging.h"
+#include "timeline.h"
 
 namespace hvdl {
 
@@ -22,6 +23,9 @@ static EngineParams read_params() {
   p.stall_warn_s = env_double("STALL_CHECK_TIME_SECONDS", 60);
   if (env_is_set("STALL_CHECK_DISABLE") && env_int("STALL_CHECK_DISABLE", 0)) p.stall_warn_s = 0;
   p.stall_fail_s = env_double("STALL_SHUTDOWN_TIME_SECONDS", 0);
+  // Read at every init (ring_segment_bytes() keeps the first value for the process).
+  p.segment_bytes = static_cast<size_t>(std::max<long long>(64, env_int("RING_SEGMENT_BYTES", 1 << 20)));
+  p.autotune = env_int("AUTOTUNE", 0) != 0;
   return p;
 }
 
@@ -35,6 +39,13 @@ void Engine::init(long long fortran_comm, const std::vector<int>& ranks) {
   std::vector<int> all(t.size);
   std::iota(all.begin(), all.end(), 0);
   set_ranks_[0] = all;
+  if (t.rank == 0 && env_is_set("TIMELINE")) {
+    try {
+      Timeline::get().start(env_str("TIMELINE"), env_int("TIMELINE_MARK_CYCLES", 0) != 0);
+    } catch (const std::exception& e) {
+      HVDL_LOG(ERROR) << e.what() << "; running without a timeline";
+    }
+  }
   workers_[0] = std::make_unique<Worker>(world_->create_group(all), params_, 0);
   next_set_id_ = 1;
   HVDL_LOG(DEBUG) << "initialised: size " << t.size << ", local " << t.local_rank << "/"
@@ -48,6 +59,7 @@ void Engine::shutdown() {
   // Stop every worker first (each ends in a round its peers join), then free the world.
   for (auto& kv : workers_) kv.second->stop();
   workers_.clear();
+  Timeline::get().stop();
   set_ranks_.clear();
   world_.reset();
 }
@@ -73,10 +85,16 @@ Worker* Engine::worker_for(int id) {
     throw std::runtime_error("horovodlite has not been initialized; call hvd.init() first");
   auto it = workers_.find(id);
   if (it != workers_.end()) return it->second.get();
-  if (set_ranks_.count(id))
+  auto members = set_ranks_.find(id);
+  if (members != set_ranks_.end()) {
+    std::string list;
+    for (int r : members->second) list += (list.empty() ? "" : ", ") + std::to_string(r);
     throw std::runtime_error("horovodlite: rank " + std::to_string(world_->topology().rank) +
-                             " is not a member of process set " + std::to_string(id));
-  throw std::runtime_error("horovodlite: unknown process set " + std::to_string(id));
+                             " is not a member of process set " + std::to_string(id) + " (ranks [" +
+                             list + "]); only its members may run collectives on it");
+  }
+  throw std::runtime_error("horovodlite: unknown process set " + std::to_string(id) +
+                           " (removed, or never added on this rank)");
 }
 
 int64_t Engine::enqueue(EnqueueArgs a) {
@@ -87,7 +105,7 @@ int64_t Engine::enqueue(EnqueueArgs a) {
   e->input = a.input;
   e->output = a.output;
   e->handle = std::make_shared<HandleState>();
-  e->enqueued = Clock::now();
+  e->enqueued = e->req.ready_at = Clock::now();
   auto h = e->handle;
   w->queue().push(std::move(e));
   return handles_.add(h);
@@ -161,6 +179,24 @@ std::map<std::string, uint64_t> Engine::stats(int id) {
   const auto& s = w->stats();
   return {{"rounds", s.rounds}, {"full_rounds", s.full_rounds}, {"groups", s.groups},
           {"tensors", s.tensors}, {"bytes", s.bytes}};
+}
+
+
+Tunables Engine::tunables(int id) {
+  std::lock_guard<std::mutex> l(mu_);
+  return worker_for(id)->tunables();
+}
+
+void Engine::start_timeline(const std::string& path, bool mark_cycles) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (!world_) throw std::runtime_error("horovodlite has not been initialized; call hvd.init() first");
+  if (world_->topology().rank == 0) Timeline::get().start(path, mark_cycles);
+}
+
+void Engine::stop_timeline() {
+  std::lock_guard<std::mutex> l(mu_);
+  if (!world_) throw std::runtime_error("horovodlite has not been initialized; call hvd.init() first");
+  Timeline::get().stop();
 }
 
 }  // namespace hvdl

@@ -45,6 +45,10 @@ class Engine {
   int process_set_rank(int id);  // -1 if this rank is not a member
 
   std::map<std::string, uint64_t> stats(int process_set);
+  Tunables tunables(int process_set);
+  // World rank 0 writes the timeline; on other ranks these do nothing.
+  void start_timeline(const std::string& path, bool mark_cycles);
+  void stop_timeline();
   const EngineParams& params() { return params_; }
 
  private:

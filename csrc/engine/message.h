@@ -2,6 +2,7 @@
 // properties") and what it answers (Response: "execute `name` now", or an error).
 // Both travel as bytes through Transport::gather / broadcast.
 #pragma once
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -15,6 +16,8 @@ enum class OpType : int32_t {
   BARRIER = 5, JOIN = 6,
 };
 constexpr int kNumOpTypes = 7;
+// join() is one collective per process set, always under this name.
+constexpr const char* kJoinName = "__horovodlite_join__";
 const char* op_type_name(OpType t);
 
 struct Request {
@@ -30,6 +33,14 @@ struct Request {
   std::vector<int64_t> splits;  // alltoall
   std::string group;            // grouped ops: negotiated and released together
   int32_t group_size = 0;
+  // Non-empty: this rank's arguments were invalid (found before enqueue, e.g. alltoall
+  // splits of a non-integer dtype). The coordinator fails the collective on every
+  // rank with this text instead of leaving the other ranks waiting.
+  std::string error;
+  // When the tensor was enqueued, on the steady clock of the process holding this
+  // Request. It travels as an age (hosts' clocks are unrelated), so after decoding it
+  // is on the receiver's clock; the timeline shows it as the moment a rank was ready.
+  std::chrono::steady_clock::time_point ready_at{};
 };
 
 struct Response {

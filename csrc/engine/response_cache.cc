@@ -6,7 +6,7 @@ static bool same_request(const Request& a, const Request& b) {
   return a.name == b.name && a.op == b.op && a.dtype == b.dtype && a.shape == b.shape &&
          a.reduce_op == b.reduce_op && a.prescale == b.prescale && a.postscale == b.postscale &&
          a.root == b.root && a.device == b.device && a.splits == b.splits &&
-         a.group == b.group && a.group_size == b.group_size;
+         a.group == b.group && a.group_size == b.group_size && a.error == b.error;
 }
 
 bool ResponseCache::cacheable(const Response& r) {

@@ -9,8 +9,10 @@
 #include <stdexcept>
 
 #include "../engine/engine.h"
+#include "../engine/output_pool.h"
 #include "../reduce/identity.h"
 #include "../reduce/reduce.h"
+#include "jax_ffi.h"
 
 namespace py = pybind11;
 using namespace hvdl;
@@ -26,7 +28,7 @@ void* as_ptr(uintptr_t p) { return reinterpret_cast<void*>(p); }
 int64_t enqueue(int op, const std::string& name, uintptr_t in, uintptr_t out, int dtype,
                 std::vector<int64_t> shape, int reduce_op, double prescale, double postscale,
                 int root, int device, std::vector<int64_t> splits, const std::string& group,
-                int group_size, int process_set) {
+                int group_size, int process_set, const std::string& error) {
   EnqueueArgs a;
   a.process_set = process_set;
   a.req.name = name;
@@ -41,6 +43,7 @@ int64_t enqueue(int op, const std::string& name, uintptr_t in, uintptr_t out, in
   a.req.splits = std::move(splits);
   a.req.group = group;
   a.req.group_size = group_size;
+  a.req.error = error;
   a.input = as_ptr(in);
   a.output = as_ptr(out);
   return Engine::get().enqueue(std::move(a));
@@ -104,13 +107,15 @@ PYBIND11_MODULE(_core, m) {
         py::arg("dtype"), py::arg("shape"), py::arg("reduce_op") = 1, py::arg("prescale") = 1.0,
         py::arg("postscale") = 1.0, py::arg("root") = -1, py::arg("device") = -1,
         py::arg("splits") = std::vector<int64_t>(), py::arg("group") = "",
-        py::arg("group_size") = 0, py::arg("process_set") = 0);
+        py::arg("group_size") = 0, py::arg("process_set") = 0, py::arg("error") = "");
   m.def("poll", [](int64_t h) { return Engine::get().handle(h)->poll(); });
   m.def("wait", &wait);
   m.def("release", [](int64_t h) { Engine::get().release(h); });
   m.def("output", &output);
   m.def("output_shape", [](int64_t h) { return Engine::get().handle(h)->out_shape; });
   m.def("aux", [](int64_t h) { return Engine::get().handle(h)->aux; });
+  m.attr("JOIN_NAME") = kJoinName;
+  m.def("output_cache_bytes", [] { return OutputPool::get().cached_bytes(); });
 
   m.def("add_process_set", [](std::vector<int> ranks) {
     py::gil_scoped_release nogil;
@@ -124,6 +129,25 @@ PYBIND11_MODULE(_core, m) {
   m.def("process_set_rank", [](int id) { return Engine::get().process_set_rank(id); });
   m.def("stats", [](int id) { return Engine::get().stats(id); }, py::arg("process_set") = 0);
 
+  // Operations: timeline and the knobs in effect (autotune changes them).
+  m.def("start_timeline", [](const std::string& path, bool mark_cycles) {
+    py::gil_scoped_release nogil;
+    Engine::get().start_timeline(path, mark_cycles);
+  }, py::arg("path"), py::arg("mark_cycles") = false);
+  m.def("stop_timeline", [] {
+    py::gil_scoped_release nogil;
+    Engine::get().stop_timeline();
+  });
+  m.def("tunables", [](int id) {
+    Tunables t = Engine::get().tunables(id);
+    py::dict d;
+    d["fusion_threshold"] = t.fusion_threshold;
+    d["cycle_time_ms"] = t.cycle_time_ms;
+    d["ring_segment_bytes"] = t.segment_bytes;
+    d["autotune_final"] = static_cast<bool>(t.final);
+    return d;
+  }, py::arg("process_set") = 0);
+
   // Kernel entry points, exposed so tests can check them against numpy.
   m.def("reduce_into", [](uintptr_t dst, uintptr_t src, size_t n, int dt, int op) {
     reduce_into(as_ptr(dst), as_ptr(src), n, static_cast<DataType>(dt), static_cast<ReduceOp>(op));
@@ -134,5 +158,8 @@ PYBIND11_MODULE(_core, m) {
   m.def("fill_identity", [](uintptr_t buf, size_t n, int dt, int op) {
     fill_identity(as_ptr(buf), n, static_cast<DataType>(dt), static_cast<ReduceOp>(op));
   });
+  // XLA FFI handler for horovodlite.jax (registered from Python with jax.ffi).
+  m.def("jax_ffi_handler", [] { return py::capsule(jax_ffi_handler(), static_cast<const char*>(nullptr)); });
+
   m.def("reduce_isa", [] { return std::string(reduce_isa()); });
 }

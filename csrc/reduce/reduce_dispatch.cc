@@ -2,9 +2,10 @@
 // AVX2 set covers only the hot (dtype, op) pairs and reports the rest back to
 // generic.
 //
-// There is no AVX-512 set: on the target (AMD Zen 4) a 512-bit version measured no
-// faster than AVX2 for 64 KiB..256 MiB (memory-bound at size, and 512-bit ops are
-// split in two in cache), so "avx512" is accepted as a name but resolves to avx2.
+// There is no AVX-512 set: on the AMD EPYC (Zen 4 class) this was tuned on, a
+// 512-bit version of the same kernels measured no faster than AVX2 for 64 KiB..256
+// MiB (float16 slower in cache, all memory-bound beyond it), so "avx512" is
+// accepted as a name but resolves to avx2.
 //
 // Errors (BOOL, ADASUM, unknown enum values) are thrown as std::invalid_argument
 // before any kernel runs, even for count == 0, so misuse is caught in small tests.

@@ -71,7 +71,7 @@ class MpiTransport : public Transport {
     // then consume what arrived so freeing the communicator leaves nothing behind.
     if (!bell_sends_.empty())
       MPI_Waitall(static_cast<int>(bell_sends_.size()), bell_sends_.data(), MPI_STATUSES_IGNORE);
-    MPI_Barrier(ctrl_);
+    barrier();
     MPI_Cancel(&bell_req_);
     MPI_Wait(&bell_req_, MPI_STATUS_IGNORE);
     int flag = 1;

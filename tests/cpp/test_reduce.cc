@@ -118,7 +118,8 @@ const DataType kTypes[] = {DataType::UINT8,   DataType::INT8,     DataType::INT3
 const ReduceOp kOps[] = {ReduceOp::SUM, ReduceOp::AVERAGE, ReduceOp::MIN, ReduceOp::MAX,
                          ReduceOp::PRODUCT};
 const size_t kLens[] = {0, 1, 7, 8, 15, 16, 17, 31, 33, 1000, 4099};
-const char* const kIsas[] = {"generic", "avx2", "avx512"};
+// "avx512" is only an alias of avx2 (see reduce_dispatch.cc), so it is not listed.
+const char* const kIsas[] = {"generic", "avx2"};
 
 uint64_t get(DataType t, const uint8_t* p, size_t i) {
   uint64_t v = 0;
@@ -319,7 +320,7 @@ void test_conversions() {
     const double top = value16(fmt, fmt.max_fin) + (value16(fmt, fmt.max_fin) - value16(fmt, fmt.max_fin - 1)) / 2;
     const float tf = static_cast<float>(top);
     for (float x : {tf, std::nextafter(tf, 0.f), std::nextafter(tf, INFINITY)}) one(x);
-    for (uint64_t b = 0; b < (1ull << 32); b += 997) one(bitsf(static_cast<uint32_t>(b)));
+    for (uint64_t b = 0; b < (1ull << 32); b += 2003) one(bitsf(static_cast<uint32_t>(b)));
     check(bad == 0, std::string(name) + " rounding vs reference (" + std::to_string(bad) +
                         " bad), first " + first);
   };
@@ -329,7 +330,7 @@ void test_conversions() {
 #if defined(__FLT16_MAX__) && (defined(__x86_64__) || defined(__i386__))
   // The compiler's own _Float16 conversion is a second, independent reference.
   int bad16 = 0;
-  for (uint64_t b = 0; b < (1ull << 32); b += 4093) {
+  for (uint64_t b = 0; b < (1ull << 32); b += 8191) {
     const float x = bitsf(static_cast<uint32_t>(b));
     if (std::isnan(x)) continue;
     const _Float16 y = static_cast<_Float16>(x);
@@ -356,7 +357,7 @@ __attribute__((target("f16c"))) void test_f16c_agrees() {
   auto narrow = [&](uint32_t b) {
     if (f16c_narrow(bitsf(b)) != detail::float_to_half(bitsf(b))) ++bad_n;
   };
-  for (uint64_t b = 0; b < (1ull << 32); b += 1009) narrow(static_cast<uint32_t>(b));
+  for (uint64_t b = 0; b < (1ull << 32); b += 4099) narrow(static_cast<uint32_t>(b));
   for (uint32_t b : {0x7f800001u, 0xff800001u, 0x7fc00000u, 0x7fbfffffu, 0x7f801fffu, 0x7fffe000u})
     narrow(b);
   check(bad_w == 0, "half_to_float matches F16C on all 65536 patterns");
@@ -606,6 +607,8 @@ void test_errors_and_dispatch(const char* self) {
   check(child_isa("avx2") == want_avx2, "HOROVODLITE_REDUCE_ISA=avx2 -> " + want_avx2);
   check(child_isa("avx512") == want_avx2, "HOROVODLITE_REDUCE_ISA=avx512 -> best available");
   check(child_isa("bogus") == want_avx2, "unknown HOROVODLITE_REDUCE_ISA is ignored");
+#else
+  (void)self;
 #endif
 }
 

@@ -300,8 +300,10 @@ void reduce_case(Results& res, Rng& rng, int kind, DataType dt, ReduceOp op, siz
   g_a.ensure(total);
   g_b.ensure(soff + bytes + kGuard);
   CK(cudaMemset(g_a.p, kSentinel, total));
-  CK(cudaMemcpy(g_a.p + doff, d0.data(), bytes, cudaMemcpyHostToDevice));
-  CK(cudaMemcpy(g_b.p + soff, s0.data(), bytes, cudaMemcpyHostToDevice));
+  if (bytes) {
+    CK(cudaMemcpy(g_a.p + doff, d0.data(), bytes, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(g_b.p + soff, s0.data(), bytes, cudaMemcpyHostToDevice));
+  }
 
   std::string what = std::string(kind == 0 ? "reduce_into" : kind == 1 ? "reduce_scale_into" : "scale") +
                      " " + hvdl::dtype_name(dt) + (kind == 2 ? "" : std::string(" ") + hvdl::reduce_op_name(op)) +
@@ -428,16 +430,20 @@ void correctness(Results& res) {
       // tail), different misalignment (all scalar), and not element-aligned at all.
       std::vector<std::pair<size_t, size_t>> offs = {{0, 0}, {e, e}, {0, e}, {3 * e, 5 * e}};
       if (e > 1) { offs.push_back({1, 1}); offs.push_back({1, 3}); }
-      for (size_t n : kLengths)
+      for (size_t n : kLengths) {
         for (auto [doff, soff] : offs) {
           int fi = 0;
           for (ReduceOp op : kOps) {
             reduce_case<T>(res, rng, 0, dt, op, n, doff, soff, 1.0);
             reduce_case<T>(res, rng, 1, dt, op, n, doff, soff, kScaleFactors[fi++ % 5]);
           }
-          if (soff == e || soff == 0)  // scale has no src; fewer offset combos suffice
-            for (double f : kScaleFactors) reduce_case<T>(res, rng, 2, dt, ReduceOp::SUM, n, doff, 0, f);
         }
+        // scale has no src, so only the dst offset matters.
+        std::vector<size_t> douts = {0, e, 3 * e};
+        if (e > 1) douts.push_back(1);  // not element-aligned
+        for (size_t doff : douts)
+          for (double f : kScaleFactors) reduce_case<T>(res, rng, 2, dt, ReduceOp::SUM, n, doff, 0, f);
+      }
 
       // batched_copy with scaling in this dtype.
       const size_t unit_elems = 16384 / e;

@@ -70,33 +70,43 @@ class AllreduceOp : public CollectiveOp {
     // Average is a sum scaled by 1/N; joined ranks still count in N, as in Horovod.
     ReduceOp op = head.reduce_op == ReduceOp::AVERAGE ? ReduceOp::SUM : head.reduce_op;
     double post = head.postscale * (head.reduce_op == ReduceOp::AVERAGE ? 1.0 / n : 1.0);
+    RingOptions ring;
+    ring.segment_bytes = ctx.segment_bytes;
+    ring.phases = ctx.phases;
 
     if (group.size() == 1) {
       const size_t count = numel(head.shape);
       void* buf;
       if (entries[0]) {
         buf = entries[0]->output;
-        if (buf != entries[0]->input && count) std::memcpy(buf, entries[0]->input, count * es);
+        if (buf != entries[0]->input && count) {
+          PhaseScope p(ctx.phases, "MEMCPY_IN_OUTPUT");
+          std::memcpy(buf, entries[0]->input, count * es);
+        }
       } else {
         buf = ctx.fusion.reserve(count * es);
         fill_identity(buf, count, dt, op);
       }
       ctx.reducer.scale(buf, count, dt, head.prescale);
-      ring_allreduce(ctx.transport, ctx.reducer, buf, count, dt, op, post, ctx.scratch);
+      ring_allreduce(ctx.transport, ctx.reducer, buf, count, dt, op, post, ctx.scratch, ring);
       return;
     }
 
     FusionLayout layout(group, [&](const Response& r) { return fusion_bytes(r); });
     char* fb = ctx.fusion.reserve(layout.total_bytes());
-    for (size_t i = 0; i < group.size(); ++i) {
-      size_t bytes = layout.bytes(i);
-      char* dst = fb + layout.offset(i);
-      if (entries[i]) std::memcpy(dst, entries[i]->input, bytes);
-      else fill_identity(dst, bytes / es, dt, op);
+    {
+      PhaseScope p(ctx.phases, "MEMCPY_IN_FUSION_BUFFER");
+      for (size_t i = 0; i < group.size(); ++i) {
+        size_t bytes = layout.bytes(i);
+        char* dst = fb + layout.offset(i);
+        if (entries[i]) std::memcpy(dst, entries[i]->input, bytes);
+        else fill_identity(dst, bytes / es, dt, op);
+      }
     }
     const size_t total = layout.total_bytes() / es;
     ctx.reducer.scale(fb, total, dt, head.prescale);
-    ring_allreduce(ctx.transport, ctx.reducer, fb, total, dt, op, post, ctx.scratch);
+    ring_allreduce(ctx.transport, ctx.reducer, fb, total, dt, op, post, ctx.scratch, ring);
+    PhaseScope p(ctx.phases, "MEMCPY_OUT_FUSION_BUFFER");
     for (size_t i = 0; i < group.size(); ++i)
       if (entries[i]) std::memcpy(entries[i]->output, fb + layout.offset(i), layout.bytes(i));
   }

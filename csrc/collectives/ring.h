@@ -1,0 +1,42 @@
+// The two phases of a ring, shared by allreduce (reduce-scatter then allgather),
+// reducescatter (the first phase alone) and allgather (the second phase alone).
+// Both walk the N blocks of a buffer around the ring r -> r+1; block sizes may
+// differ (allgatherv, the row partition of reducescatter, fused tensors).
+#pragma once
+#include <cstddef>
+#include <vector>
+
+#include "../common/buffer.h"
+#include "../common/dtype.h"
+#include "../transport/transport.h"
+#include "reducer.h"
+
+namespace hvdl {
+
+// Block i of a buffer: `count[i]` units starting at unit `offset[i]` (elements for
+// reductions, bytes for plain copies). One block per rank of the transport.
+struct RingBlocks {
+  std::vector<size_t> offset, count;
+  // `total` units cut by the partition.h rule (the first total % parts get one more).
+  static RingBlocks even(size_t total, int parts);
+  // Contiguous blocks of the given sizes, in order.
+  static RingBlocks of_sizes(const std::vector<size_t>& sizes);
+};
+
+// Reduce-scatter: afterwards block (rank + shift) mod N of `dst` holds that block
+// reduced over all ranks; other blocks of `dst` hold partial sums.
+// src == dst works in place, receiving through `scratch`; otherwise `src` is only
+// read and partial results are built in `dst` (no copy of the input first).
+void ring_reduce_scatter(Transport& t, const Reducer& red, const void* src, void* dst,
+                         const RingBlocks& blocks, DataType dt, ReduceOp op, int shift,
+                         HostBuffer& scratch, size_t segment_bytes = 0);
+
+// Allgather in place: rank r holds block (r + shift) mod N of `buf` (units = bytes);
+// afterwards every rank holds every block.
+void ring_allgather(Transport& t, void* buf, const RingBlocks& bytes, int shift);
+
+// Bytes per pipelined segment (HOROVODLITE_RING_SEGMENT_BYTES, default 1 MiB); a
+// segment_bytes argument of 0 means this.
+size_t ring_segment_bytes();
+
+}  // namespace hvdl

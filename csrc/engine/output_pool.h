@@ -1,0 +1,33 @@
+// Outputs whose size is only known after negotiation (allgather, alltoall) or that
+// the caller wants fresh (broadcast, reducescatter) are allocated here and handed to
+// the caller, who views them without a copy. A large fresh allocation is served by
+// new pages, each costing a page fault on first touch — at tens of MiB that is
+// slower than the transfer itself. So freed outputs are kept, by size, for the next
+// collective that needs one (training loops ask for the same sizes every step),
+// like a caching allocator. The cache is bounded (HOROVODLITE_OUTPUT_CACHE_BYTES,
+// default 256 MiB); beyond it, blocks go back to the system.
+#pragma once
+#include <cstddef>
+#include <map>
+#include <memory>
+#include <mutex>
+
+namespace hvdl {
+
+class OutputPool {
+ public:
+  static OutputPool& get();
+  // 64-byte aligned (4096 for large blocks), never null, even for 0 bytes.
+  std::shared_ptr<void> allocate(size_t bytes);
+  size_t cached_bytes();
+  void trim();  // free every cached block
+
+ private:
+  OutputPool();
+  void give_back(void* p, size_t capacity);
+  std::mutex mu_;
+  std::multimap<size_t, void*> free_;  // capacity -> block
+  size_t cached_ = 0, limit_;
+};
+
+}  // namespace hvdl
