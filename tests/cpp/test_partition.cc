@@ -1,6 +1,6 @@
 // The ring's chunk arithmetic, without MPI:
 //   g++ -O2 -std=c++17 -pthread -I csrc tests/cpp/test_partition.cc \
-//       csrc/collectives/ring_allreduce.cc -o /tmp/test_partition
+//       csrc/collectives/ring_allreduce.cc csrc/collectives/ring.cc -o /tmp/test_partition
 //
 // 1. partition.h: blocks tile [0, count) in order, sizes differ by at most one, the
 //    first count % parts blocks are the larger ones, for every count < parts too.
@@ -9,6 +9,9 @@
 //    N = 1..7, counts 0..(a few segments), several segment sizes: exact integer
 //    sums on every rank, float results bitwise identical on every rank, every
 //    message received with exactly the size that was sent.
+// 3. The two ring phases on their own: out-of-place reduce-scatter (the input is
+//    only read) for both block shifts, and allgather of uneven blocks, empty ones
+//    included.
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -243,6 +246,86 @@ void run_ring(int n, size_t count, double postscale) {
   check(floats_close, what + ": float sums wrong");
 }
 
+// Out-of-place reduce-scatter: rank r's block (r + shift) of dst is the full sum,
+// src is untouched.
+void run_reduce_scatter(int n, size_t count, int shift) {
+  Fabric fabric(n);
+  TestReducer red;
+  std::vector<std::vector<int64_t>> src(n, std::vector<int64_t>(count)), dst(n, std::vector<int64_t>(count, -1));
+  for (int r = 0; r < n; ++r)
+    for (size_t i = 0; i < count; ++i) src[r][i] = int_value(r, i);
+  const auto orig = src;
+  const RingBlocks blocks = RingBlocks::even(count, n);
+  std::vector<std::string> errors(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        ThreadTransport t(fabric, r);
+        HostBuffer scratch;
+        ring_reduce_scatter(t, red, src[r].data(), dst[r].data(), blocks, DataType::INT64,
+                            ReduceOp::SUM, shift, scratch);
+        t.wait_all();
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  const std::string what = "reduce-scatter n=" + std::to_string(n) + " count=" +
+                           std::to_string(count) + " shift=" + std::to_string(shift);
+  bool ok = true;
+  for (int r = 0; r < n; ++r) {
+    check(errors[r].empty(), what + ": rank threw " + errors[r]);
+    const int own = (r + shift) % n;
+    for (size_t i = blocks.offset[own]; i < blocks.offset[own] + blocks.count[own]; ++i) {
+      int64_t sum = 0;
+      for (int q = 0; q < n; ++q) sum += int_value(q, i);
+      ok = ok && dst[r][i] == sum;
+    }
+  }
+  check(ok, what + ": own block is not the full sum");
+  check(src == orig, what + ": the input was modified");
+  check(fabric.size_errors == 0, what + ": a message size did not match its receive");
+}
+
+void run_allgather(int n, const std::vector<size_t>& sizes, int shift) {
+  Fabric fabric(n);
+  const RingBlocks blocks = RingBlocks::of_sizes(sizes);
+  size_t total = 0;
+  for (size_t b : sizes) total += b;
+  std::vector<std::vector<char>> buf(n, std::vector<char>(total, 0));
+  auto byte = [](int block, size_t i) { return static_cast<char>(block * 37 + i * 11 + 1); };
+  for (int r = 0; r < n; ++r) {
+    const int own = (r + shift) % n;
+    for (size_t i = 0; i < blocks.count[own]; ++i) buf[r][blocks.offset[own] + i] = byte(own, i);
+  }
+  std::vector<std::string> errors(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        ThreadTransport t(fabric, r);
+        ring_allgather(t, buf[r].data(), blocks, shift);
+        t.wait_all();
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  std::string what = "allgather n=" + std::to_string(n) + " shift=" + std::to_string(shift) + " sizes";
+  for (size_t b : sizes) what += " " + std::to_string(b);
+  bool ok = true;
+  for (int r = 0; r < n; ++r) {
+    check(errors[r].empty(), what + ": rank threw " + errors[r]);
+    for (int b = 0; b < n; ++b)
+      for (size_t i = 0; i < blocks.count[b]; ++i) ok = ok && buf[r][blocks.offset[b] + i] == byte(b, i);
+  }
+  check(ok, what + ": a block is missing or wrong");
+  check(fabric.size_errors == 0, what + ": a message size did not match its receive");
+}
+
 }  // namespace
 
 int main() {
@@ -257,6 +340,19 @@ int main() {
     for (int n = 2; n <= 7; ++n) counts.push_back(k * seg_elems * n + (k % n));
   for (int n = 1; n <= 7; ++n)
     for (size_t count : counts) run_ring(n, count, n == 3 ? 1.0 / 3 : 1.0);
+  for (int n = 2; n <= 5; ++n)
+    for (size_t count : {size_t(0), size_t(1), size_t(n - 1), size_t(n) + 1, 3 * seg_elems * n + 1})
+      for (int shift : {0, 1}) run_reduce_scatter(n, count, shift);
+  for (int n = 2; n <= 5; ++n)
+    for (int shift : {0, 1}) {
+      std::vector<size_t> uneven, with_empty;
+      for (int i = 0; i < n; ++i) {
+        uneven.push_back(static_cast<size_t>(i * 3 + 1) * ring_segment_bytes() / 2 + i);
+        with_empty.push_back(i % 2 ? 0 : static_cast<size_t>(i + 1) * 100);
+      }
+      run_allgather(n, uneven, shift);
+      run_allgather(n, with_empty, shift);
+    }
   std::printf("%d passed, %d failed\n", g_passed, g_failed);
   return g_failed ? 1 : 0;
 }
