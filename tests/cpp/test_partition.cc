@@ -7,7 +7,8 @@
 // 2. The real ring_allreduce over an in-process transport (one thread per rank,
 //    FIFO mailboxes per ordered pair of ranks, like MPI's matching order) for
 //    N = 1..7, counts 0..(a few segments), several segment sizes: exact integer
-//    sums on every rank, float results bitwise identical on every rank, every
+//    sums on every rank (in place), float results bitwise identical on every rank
+//    (out of place, input untouched), every
 //    message received with exactly the size that was sent.
 // 3. The two ring phases on their own: out-of-place reduce-scatter (the input is
 //    only read) for both block shifts, and allgather of uneven blocks, empty ones
@@ -203,6 +204,7 @@ void run_ring(int n, size_t count, double postscale) {
   TestReducer red;
   std::vector<std::vector<int64_t>> ints(n, std::vector<int64_t>(count));
   std::vector<std::vector<float>> floats(n, std::vector<float>(count));
+  std::vector<std::vector<float>> float_out(n, std::vector<float>(count, -12345.0f));
   for (int r = 0; r < n; ++r)
     for (size_t i = 0; i < count; ++i) ints[r][i] = int_value(r, i), floats[r][i] = float_value(r, i);
   std::vector<std::string> errors(n);
@@ -214,8 +216,11 @@ void run_ring(int n, size_t count, double postscale) {
         HostBuffer scratch;
         ring_allreduce(t, red, ints[r].data(), count, DataType::INT64, ReduceOp::SUM, postscale,
                        scratch);
-        ring_allreduce(t, red, floats[r].data(), count, DataType::FLOAT32, ReduceOp::SUM, 1.0,
-                       scratch);
+        // out of place: the input is only read, the output starts as garbage
+        RingOptions oop;
+        oop.input = floats[r].data();
+        ring_allreduce(t, red, float_out[r].data(), count, DataType::FLOAT32, ReduceOp::SUM, 1.0,
+                       scratch, oop);
         t.wait_all();
       } catch (const std::exception& e) {
         errors[r] = e.what();
@@ -229,7 +234,7 @@ void run_ring(int n, size_t count, double postscale) {
   check(fabric.size_errors == 0, what + ": a message size did not match its receive");
   for (int b = 0; b < n * n; ++b)
     check(fabric.box(b / n, b % n).msgs.empty(), what + ": messages left unreceived");
-  bool ints_ok = true, floats_same = true, floats_close = true;
+  bool ints_ok = true, floats_same = true, floats_close = true, input_kept = true;
   for (size_t i = 0; i < count; ++i) {
     int64_t sum = 0;
     double fsum = 0;
@@ -237,13 +242,15 @@ void run_ring(int n, size_t count, double postscale) {
     const int64_t want = static_cast<int64_t>(sum * postscale);
     for (int r = 0; r < n; ++r) {
       ints_ok = ints_ok && ints[r][i] == want;
-      floats_same = floats_same && std::memcmp(&floats[r][i], &floats[0][i], 4) == 0;
+      floats_same = floats_same && std::memcmp(&float_out[r][i], &float_out[0][i], 4) == 0;
+      input_kept = input_kept && floats[r][i] == float_value(r, i);
     }
-    floats_close = floats_close && std::abs(floats[0][i] - fsum) <= 1e-6 * n * std::abs(fsum);
+    floats_close = floats_close && std::abs(float_out[0][i] - fsum) <= 1e-6 * n * std::abs(fsum);
   }
   check(ints_ok, what + ": integer sums wrong");
   check(floats_same, what + ": float results differ between ranks");
-  check(floats_close, what + ": float sums wrong");
+  check(floats_close, what + ": float sums wrong (out of place)");
+  check(input_kept, what + ": out of place, the input was modified");
 }
 
 // Out-of-place reduce-scatter: rank r's block (r + shift) of dst is the full sum,

@@ -80,8 +80,12 @@ class AllreduceOp : public CollectiveOp {
       if (entries[0]) {
         buf = entries[0]->output;
         if (buf != entries[0]->input && count) {
-          PhaseScope p(ctx.phases, "MEMCPY_IN_OUTPUT");
-          std::memcpy(buf, entries[0]->input, count * es);
+          if (head.prescale == 1.0) {
+            ring.input = entries[0]->input;  // the ring reads it; no copy into the output
+          } else {
+            PhaseScope p(ctx.phases, "MEMCPY_IN_OUTPUT");
+            std::memcpy(buf, entries[0]->input, count * es);
+          }
         }
       } else {
         buf = ctx.fusion.reserve(count * es);
