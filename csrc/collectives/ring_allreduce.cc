@@ -4,6 +4,8 @@
 // then copied, so all ranks end with bitwise identical results.
 #include "ring_allreduce.h"
 
+#include <cstring>
+
 #include "ring.h"
 
 namespace hvdl {
@@ -13,6 +15,7 @@ void ring_allreduce(Transport& t, const Reducer& red, void* buf, size_t count, D
   const int n = t.size(), r = t.rank();
   const size_t es = dtype_size(dt);
   if (n == 1 || count == 0) {
+    if (opts.input && opts.input != buf && count) std::memcpy(buf, opts.input, count * es);
     red.scale(buf, count, dt, postscale);
     return;
   }
@@ -20,7 +23,8 @@ void ring_allreduce(Transport& t, const Reducer& red, void* buf, size_t count, D
   RingBlocks blocks = RingBlocks::even(count, n);
   PhaseObserver* const obs = opts.phases;
   if (obs) obs->begin("RING_REDUCE_SCATTER");
-  ring_reduce_scatter(t, red, buf, buf, blocks, dt, op, 1, scratch, opts.segment_bytes);
+  ring_reduce_scatter(t, red, opts.input ? opts.input : buf, buf, blocks, dt, op, 1, scratch,
+                      opts.segment_bytes);
   const int own = (r + 1) % n;
   red.scale(static_cast<char*>(buf) + blocks.offset[own] * es, blocks.count[own], dt, postscale);
   if (obs) obs->end("RING_REDUCE_SCATTER");

@@ -15,6 +15,9 @@ struct RingOptions {
   size_t segment_bytes = 0;
   // Told about RING_REDUCE_SCATTER and RING_ALLGATHER; may be null.
   PhaseObserver* phases = nullptr;
+  // Out of place: read the contribution from here (count elements) and leave `buf`
+  // as output only, so the input is never copied into it first. Null: in place.
+  const void* input = nullptr;
 };
 
 // In-place allreduce of `count` elements of `buf` over every rank of `t`.
