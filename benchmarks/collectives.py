@@ -6,7 +6,7 @@ rounds (MPI, hvd, MPI, hvd, ...) so both see the same machine. nccl-tests style:
 
 size: nccl-tests' convention: allgather the gathered output, reducescatter the
 (full) input, alltoall the send buffer, broadcast the message. time: the slowest
-rank's mean per call, median over rounds. algbw = size / time; busbw = algbw x
+rank's mean per call, median (or --stat min: best) over the alternating rounds. algbw = size / time; busbw = algbw x
 (n-1)/n for allgather, reducescatter and alltoall, x 1 for broadcast. #wrong:
 elements that differ from the expected result, checked after timing in the same run.
 Both sides are timed as a user calls them: MPI into preallocated buffers, horovodlite
@@ -111,8 +111,10 @@ def main():
     ap.add_argument("--min-bytes", default="4K")
     ap.add_argument("--max-bytes", default="64M")
     ap.add_argument("--ops", default="allgather,broadcast,reducescatter,alltoall")
-    ap.add_argument("--rounds", type=int, default=5, help="alternating rounds per size")
-    ap.add_argument("--budget", type=float, default=0.2,
+    ap.add_argument("--rounds", type=int, default=9, help="alternating rounds per size")
+    ap.add_argument("--stat", choices=("median", "min"), default="median",
+                    help="per-size statistic over rounds (min: best round, for a loaded machine)")
+    ap.add_argument("--budget", type=float, default=0.05,
                     help="seconds of one implementation per round (sets the iterations)")
     args = ap.parse_args()
 
@@ -125,7 +127,8 @@ def main():
         s *= 4
     if r == 0:
         print(f"# horovodlite vs MPI (mpi4py), np={n}; busbw factor (n-1)/n = {(n - 1) / n:g} "
-              "(broadcast: 1); time = median over rounds of the slowest rank's mean")
+              f"(broadcast: 1); time = {args.stat} over {args.rounds} alternating rounds of the slowest "
+              "rank's mean per call")
         print(f"{'op':>14} {'size':>7} | {'MPI time us':>11} {'algbw':>6} {'busbw':>6} {'#wrong':>6} | "
               f"{'hvd time us':>11} {'algbw':>6} {'busbw':>6} {'#wrong':>6} | {'hvd/MPI':>7}")
     for op in args.ops.split(","):
@@ -143,7 +146,8 @@ def main():
             wrong_mpi = comm.allreduce(case.check_mpi())
             wrong_hvd = comm.allreduce(case.check_hvd())
             if r == 0:
-                tm, th = float(np.median(t_mpi)), float(np.median(t_hvd))
+                stat = np.median if args.stat == "median" else np.min
+                tm, th = float(stat(t_mpi)), float(stat(t_hvd))
                 bm, bh = case.bytes / tm / 1e9, case.bytes / th / 1e9
                 print(f"{op:>14} {human(case.bytes):>7} | {tm * 1e6:11.1f} {bm:6.2f} {bm * case.busbw_factor:6.2f} "
                       f"{wrong_mpi:6d} | {th * 1e6:11.1f} {bh:6.2f} {bh * case.busbw_factor:6.2f} "

@@ -12,6 +12,7 @@
 //  * Thread-safe: no shared mutable state except a per-device launch-config cache.
 #pragma once
 #include <cstddef>
+#include <string>
 #include "../csrc/common/dtype.h"
 
 namespace hvdl::gpu {
@@ -101,6 +102,13 @@ void stream_synchronize(void* stream);
 
 int current_device();
 void set_device(int device);
+
+// Device ordinal owning `p`, or -1 for host memory (pageable or pinned) and pointers
+// CUDA does not know. Never throws for those.
+int pointer_device(const void* p);
+// "0000:3b:00.0": with the host name, tells whether two ranks drive the same GPU even
+// when their CUDA_VISIBLE_DEVICES number it differently.
+std::string pci_bus_id(int device);
 
 void* malloc_device(size_t bytes);           // 0 bytes -> nullptr
 void free_device(void* p);                   // nullptr ok; note cudaFree syncs the device

@@ -112,6 +112,24 @@ int current_device() {
 
 void set_device(int device) { HVDL_CUDA_CHECK(cudaSetDevice(device)); }
 
+int pointer_device(const void* p) {
+  if (p == nullptr) return -1;
+  cudaPointerAttributes attr{};
+  if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
+    (void)cudaGetLastError();  // a pointer CUDA never saw: host memory as far as we care
+    return -1;
+  }
+  // Managed memory counts as device memory: kernels and NCCL may use it directly.
+  return (attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged) ? attr.device
+                                                                                    : -1;
+}
+
+std::string pci_bus_id(int device) {
+  char buf[32] = {0};
+  HVDL_CUDA_CHECK(cudaDeviceGetPCIBusId(buf, static_cast<int>(sizeof(buf)), device));
+  return buf;
+}
+
 void* malloc_device(size_t bytes) {
   if (bytes == 0) return nullptr;
   void* p = nullptr;

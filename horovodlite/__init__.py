@@ -8,6 +8,7 @@ from .basics import (Adasum, Average, HorovodInternalError, Max, Min, Product, S
                      gloo_enabled, init, is_homogeneous, is_initialized, local_rank, local_size,
                      mpi_built, mpi_enabled, mpi_threads_supported, nccl_built, rank, rocm_built,
                      shutdown, size, start_timeline, stop_timeline)
+from .compression import Compression  # noqa: F401
 from .ops import *  # noqa: F401,F403
 from .objects import allgather_object, broadcast_object  # noqa: F401
 from .process_sets import (ProcessSet, add_process_set, global_process_set,  # noqa: F401

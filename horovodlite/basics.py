@@ -36,6 +36,9 @@ def init(comm=None, process_sets=None):
             fortran = comm.py2f()
         else:
             raise TypeError(f"init(comm=...): expected None, a list of ranks or an mpi4py communicator, got {type(comm).__name__}")
+        from . import _nccl
+
+        _nccl.configure()  # before any GPU collective might load NCCL
         _core.init(fortran, ranks)
         _state["topology"] = _core.topology()
         if not _state["atexit"]:
@@ -108,11 +111,16 @@ def mpi_threads_supported():
 
 
 def cuda_built():
+    """True when the core was compiled with its CUDA kernels (GPU tensors supported)."""
     return bool(_core.CUDA_BUILT)
 
 
 def nccl_built():
-    return False
+    """True when GPU collectives can use NCCL: a CUDA build and a loadable libnccl
+    (the nvidia-nccl-cu13/-cu12 wheel), which is loaded at run time, not linked."""
+    from . import _nccl
+
+    return cuda_built() and _nccl.status()[0]
 
 
 def gloo_built():
@@ -136,8 +144,16 @@ def rocm_built():
 
 
 def start_timeline(file_path, mark_cycles=False):
-    raise NotImplementedError("timeline is not available in this build yet")
+    """Starts recording a Chrome-trace timeline (rank 0 writes `file_path`; other ranks
+    call this harmlessly). `mark_cycles` adds a CYCLE_START mark per negotiation round.
+    Render it with `python -m horovodlite.timeline file_path -o timeline.png`."""
+    _topology()
+    import os
+
+    _core.start_timeline(os.fspath(file_path), bool(mark_cycles))
 
 
 def stop_timeline():
-    raise NotImplementedError("timeline is not available in this build yet")
+    """Stops recording and closes the timeline file (it is then complete JSON)."""
+    _topology()
+    _core.stop_timeline()

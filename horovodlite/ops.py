@@ -16,6 +16,7 @@ __all__ = [
     "grouped_allreduce", "grouped_allreduce_", "grouped_allreduce_async", "grouped_allreduce_async_",
     "allgather", "allgather_async", "grouped_allgather", "grouped_allgather_async",
     "broadcast", "broadcast_", "broadcast_async", "broadcast_async_",
+    "grouped_broadcast_", "grouped_broadcast_async_",
     "alltoall", "alltoall_async",
     "reducescatter", "reducescatter_async", "grouped_reducescatter", "grouped_reducescatter_async",
     "barrier", "join",
@@ -222,6 +223,27 @@ def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_se
                   root=root, process_set=_set_id(process_set), error=err)
 
 
+def grouped_broadcast_async_(tensors, root_rank, name=None, process_set=global_process_set):
+    _topology()
+    root, err = _root_in_set(root_rank, process_set)
+    base = auto_name("grouped_broadcast", name, process_set)
+    handles = []
+    for i, t in enumerate(tensors):
+        t = _writable_contiguous(t, "grouped_broadcast_ (in place)")
+        handles.append(submit((t,), lambda h, t=t: t, op=BROADCAST, name=f"{base}.{i}",
+                              input=t.ctypes.data, output=t.ctypes.data,
+                              dtype=dtypes.code_of(t.dtype, what="broadcast"), shape=list(t.shape),
+                              root=root, process_set=_set_id(process_set), error=err, group=base,
+                              group_size=len(tensors)))
+    return _GroupHandle(handles)
+
+
+def grouped_broadcast_(tensors, root_rank, name=None, process_set=global_process_set):
+    """Broadcasts a list of arrays in place as one unit: small ones share one transfer
+    (not in Horovod; what broadcast_parameters wants for a whole model)."""
+    return synchronize(grouped_broadcast_async_(tensors, root_rank, name, process_set))
+
+
 def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
     """Returns a new array holding `root_rank`'s `tensor` (root_rank is a global rank)."""
     return synchronize(broadcast_async(tensor, root_rank, name, process_set))
@@ -232,7 +254,7 @@ def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
     return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
 
 
-def _splits_list(splits, process_set):
+def _splits_list(splits):
     """(splits as a list of ints, error text). Problems are not raised here but sent
     with the request, so every rank of the collective fails with the same message."""
     if splits is None:
@@ -250,7 +272,7 @@ def _splits_list(splits, process_set):
 def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
     _topology()
     src = _contiguous(tensor)
-    split_list, err = _splits_list(splits, process_set)
+    split_list, err = _splits_list(splits)
     dt = src.dtype
 
     def finish(h):

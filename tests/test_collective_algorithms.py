@@ -1,6 +1,7 @@
 """The collective algorithms alone (csrc/collectives), over an in-process transport
 with ranks as threads: N = 1..8, empty and uneven blocks, many pipeline segments,
-every broadcast root and algorithm. Compiled here with the system C++ compiler."""
+every broadcast root and algorithm; and the engine's output pool. Compiled here with
+the system C++ compiler."""
 import shutil
 import subprocess
 from pathlib import Path
@@ -16,7 +17,7 @@ def test_collective_algorithms_in_process(tmp_path):
         pytest.skip("no C++ compiler found")
     src = ["tests/cpp/test_collectives.cc"] + [
         f"csrc/collectives/{f}.cc" for f in ("ring", "ring_allreduce", "broadcast", "alltoall", "cpu_reducer")
-    ] + sorted(str(p.relative_to(ROOT)) for p in (ROOT / "csrc/reduce").glob("*.cc"))
+    ] + ["csrc/engine/output_pool.cc"] + sorted(str(p.relative_to(ROOT)) for p in (ROOT / "csrc/reduce").glob("*.cc"))
     exe = tmp_path / "test_collectives"
     subprocess.run([cxx, "-O1", "-std=c++17", "-pthread", "-I", "csrc", *src, "-o", str(exe)],
                    cwd=ROOT, check=True, timeout=300)

@@ -160,6 +160,22 @@ def main(hvd):
         if after["groups"] - before["groups"] != 1:
             bad.append(f"rank {r}: grouped_reducescatter ran as {after['groups'] - before['groups']} groups")
 
+    # ---- grouped broadcast (in place): one fused transfer from the root ----
+    s = next(seed)
+    root = n - 1
+    shapes = [(3,), (0,), (2, 2), (), (17,)] * 2
+    dts = [np.float32, np.int8, np.bool_, np.float64, ml_dtypes.bfloat16] * 2
+    mine = [data(dt, sh, s + k, r) for k, (dt, sh) in enumerate(zip(dts, shapes))]
+    before = _core.stats(0)
+    got = hvd.grouped_broadcast_(mine, root)
+    after = _core.stats(0)
+    for k, (dt, sh) in enumerate(zip(dts, shapes)):
+        expect(f"grouped_broadcast_ member {k}", got[k], data(dt, sh, s + k, root))
+        if got[k] is not mine[k]:
+            bad.append(f"rank {r}: grouped_broadcast_ must broadcast in place")
+    if after["groups"] - before["groups"] != 1:
+        bad.append(f"rank {r}: grouped_broadcast_ ran as {after['groups'] - before['groups']} groups")
+
     # ---- allreduce shares the ring phases: element counts below and around N ----
     for count in sorted({0, 1, 2, max(n - 1, 0), n + 1, 3 * n + 2}):
         s = next(seed)

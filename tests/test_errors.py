@@ -1,15 +1,11 @@
 """Every user error of the allreduce engine: a clear Python exception on every rank
 that took part (naming the tensor, the ranks and the values), never a hang, and the
 job goes on afterwards."""
-import re
 import textwrap
-from pathlib import Path
-
-import pytest
 
 from mpirun import launch, run
 
-# (case, what each rank passes: rank 1 differs, the value strings the message must name)
+# kind -> (what ranks 0 and 2 pass, what rank 1 passes), as the message must name them
 MISMATCHES = {
     "shape": ("(3,)", "(4,)"),
     "dtype": ("float32", "float64"),

@@ -15,8 +15,13 @@ void alltoallv(Transport& t, const void* src, const std::vector<size_t>& send_of
   const int n = t.size(), r = t.rank();
   const char* in = static_cast<const char*>(src);
   char* out = static_cast<char*>(dst);
-  if (recv_bytes[r]) std::memcpy(out + recv_off[r], in + send_off[r], recv_bytes[r]);
-  if (n == 1) return;
+  auto copy_self = [&] {
+    if (recv_bytes[r]) std::memcpy(out + recv_off[r], in + send_off[r], recv_bytes[r]);
+  };
+  if (n == 1) {
+    copy_self();
+    return;
+  }
   std::vector<Transport::Op> recvs(n), sends(n);
   auto post = [&](int s) {
     const int to = (r + s) % n, from = (r - s + n) % n;
@@ -24,6 +29,7 @@ void alltoallv(Transport& t, const void* src, const std::vector<size_t>& send_of
     sends[s] = t.isend(to, in + send_off[to], send_bytes[to]);
   };
   post(1);
+  copy_self();  // while the first exchange is in flight
   for (int s = 1; s < n; ++s) {
     if (s + 1 < n) post(s + 1);
     t.wait(recvs[s]);

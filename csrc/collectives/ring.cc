@@ -48,18 +48,20 @@ inline int wrap(int i, int n) { return ((i % n) + n) % n; }
 
 void ring_reduce_scatter(Transport& t, const Reducer& red, const void* src, void* dst,
                          const RingBlocks& blocks, DataType dt, ReduceOp op, int shift,
-                         HostBuffer& scratch) {
+                         Buffer& scratch, size_t segment_bytes, void* own) {
   const int n = t.size(), r = t.rank();
   const size_t es = dtype_size(dt);
   const char* in = static_cast<const char*>(src);
   char* out = static_cast<char*>(dst);
   const bool in_place = in == out;
   if (n == 1) {
-    if (!in_place) std::memcpy(out + blocks.offset[0] * es, in + blocks.offset[0] * es, blocks.count[0] * es);
+    char* to = own && !in_place ? static_cast<char*>(own) : out + blocks.offset[0] * es;
+    if (to != in + blocks.offset[0] * es && blocks.count[0])
+      std::memcpy(to, in + blocks.offset[0] * es, blocks.count[0] * es);
     return;
   }
   const int right = (r + 1) % n, left = (r - 1 + n) % n;
-  const size_t seg = std::max<size_t>(1, ring_segment_bytes() / es);
+  const size_t seg = std::max<size_t>(1, (segment_bytes ? segment_bytes : ring_segment_bytes()) / es);
   char* slots = in_place ? scratch.reserve(2 * seg * es) : nullptr;
   auto seg_len = [&](size_t total, size_t k) {
     size_t off = k * seg;
@@ -73,7 +75,9 @@ void ring_reduce_scatter(Transport& t, const Reducer& red, const void* src, void
     // partial results built in the step before.
     const char* sptr = (s == 0 ? in : out) + blocks.offset[sb] * es;
     const char* mine = in + blocks.offset[rb] * es;
-    char* rptr = out + blocks.offset[rb] * es;
+    // The last step's block is the finished one.
+    char* rptr = own && !in_place && s == n - 2 ? static_cast<char*>(own)
+                                                 : out + blocks.offset[rb] * es;
     const size_t scount = blocks.count[sb], rcount = blocks.count[rb];
     // The number of messages of a transfer follows from the block it carries alone,
     // so sender and receiver always agree on it (also when a block is empty, which
@@ -103,15 +107,26 @@ void ring_reduce_scatter(Transport& t, const Reducer& red, const void* src, void
   }
 }
 
-void ring_allgather(Transport& t, void* buf, const RingBlocks& bytes, int shift) {
+void ring_allgather(Transport& t, void* buf, const RingBlocks& bytes, int shift,
+                    const void* own_src) {
   const int n = t.size(), r = t.rank();
-  if (n == 1) return;
   char* base = static_cast<char*>(buf);
+  const int own = wrap(r + shift, n);
+  auto copy_own = [&] {
+    if (own_src && bytes.count[own]) std::memcpy(base + bytes.offset[own], own_src, bytes.count[own]);
+  };
+  if (n == 1) {
+    copy_own();
+    return;
+  }
   const int right = (r + 1) % n, left = (r - 1 + n) % n;
   for (int s = 0; s < n - 1; ++s) {
     const int sb = wrap(r + shift - s, n), rb = wrap(r + shift - s - 1, n);
-    t.sendrecv(right, base + bytes.offset[sb], bytes.count[sb], left, base + bytes.offset[rb],
-               bytes.count[rb]);
+    const char* from = s == 0 && own_src ? static_cast<const char*>(own_src) : base + bytes.offset[sb];
+    Transport::Op recv = t.irecv(left, base + bytes.offset[rb], bytes.count[rb]);
+    t.isend(right, from, bytes.count[sb]);
+    if (s == 0) copy_own();  // overlaps the transfer: single-copy transports let the peer read meanwhile
+    t.wait(recv);
     t.wait_all();
   }
 }

@@ -26,16 +26,22 @@ struct RingBlocks {
 // Reduce-scatter: afterwards block (rank + shift) mod N of `dst` holds that block
 // reduced over all ranks; other blocks of `dst` hold partial sums.
 // src == dst works in place, receiving through `scratch`; otherwise `src` is only
-// read and partial results are built in `dst` (no copy of the input first).
+// read and partial results are built in `dst` (no copy of the input first), and
+// `own`, if given, receives the finished block instead of its place in `dst` (so a
+// caller that wants only that block needs no copy afterwards).
 void ring_reduce_scatter(Transport& t, const Reducer& red, const void* src, void* dst,
                          const RingBlocks& blocks, DataType dt, ReduceOp op, int shift,
-                         HostBuffer& scratch);
+                         Buffer& scratch, size_t segment_bytes = 0, void* own = nullptr);
 
 // Allgather in place: rank r holds block (r + shift) mod N of `buf` (units = bytes);
-// afterwards every rank holds every block.
-void ring_allgather(Transport& t, void* buf, const RingBlocks& bytes, int shift);
+// afterwards every rank holds every block. With `own_src`, this rank's block is
+// taken from there instead: it is sent from `own_src` and copied into `buf` while
+// the first transfer is in flight (the peer does not wait for the copy).
+void ring_allgather(Transport& t, void* buf, const RingBlocks& bytes, int shift,
+                    const void* own_src = nullptr);
 
-// Bytes per pipelined segment (HOROVODLITE_RING_SEGMENT_BYTES, default 1 MiB).
+// Bytes per pipelined segment (HOROVODLITE_RING_SEGMENT_BYTES, default 1 MiB); a
+// segment_bytes argument of 0 means this.
 size_t ring_segment_bytes();
 
 }  // namespace hvdl

@@ -4,25 +4,34 @@
 // then copied, so all ranks end with bitwise identical results.
 #include "ring_allreduce.h"
 
+#include <cstring>
+
 #include "ring.h"
 
 namespace hvdl {
 
 void ring_allreduce(Transport& t, const Reducer& red, void* buf, size_t count, DataType dt,
-                    ReduceOp op, double postscale, HostBuffer& scratch) {
+                    ReduceOp op, double postscale, Buffer& scratch, const RingOptions& opts) {
   const int n = t.size(), r = t.rank();
   const size_t es = dtype_size(dt);
   if (n == 1 || count == 0) {
+    if (opts.input && opts.input != buf && count) std::memcpy(buf, opts.input, count * es);
     red.scale(buf, count, dt, postscale);
     return;
   }
   // shift 1: rank r finishes block r+1, the classic ring order.
   RingBlocks blocks = RingBlocks::even(count, n);
-  ring_reduce_scatter(t, red, buf, buf, blocks, dt, op, 1, scratch);
+  PhaseObserver* const obs = opts.phases;
+  if (obs) obs->begin("RING_REDUCE_SCATTER");
+  ring_reduce_scatter(t, red, opts.input ? opts.input : buf, buf, blocks, dt, op, 1, scratch,
+                      opts.segment_bytes);
   const int own = (r + 1) % n;
   red.scale(static_cast<char*>(buf) + blocks.offset[own] * es, blocks.count[own], dt, postscale);
+  if (obs) obs->end("RING_REDUCE_SCATTER");
+  if (obs) obs->begin("RING_ALLGATHER");
   for (int i = 0; i < n; ++i) blocks.offset[i] *= es, blocks.count[i] *= es;
   ring_allgather(t, buf, blocks, 1);
+  if (obs) obs->end("RING_ALLGATHER");
 }
 
 }  // namespace hvdl

@@ -4,15 +4,29 @@
 #include "../common/buffer.h"
 #include "../common/dtype.h"
 #include "../transport/transport.h"
+#include "phase_observer.h"
 #include "reducer.h"
 #include "ring.h"
 
 namespace hvdl {
 
+struct RingOptions {
+  // Pipelining granularity; 0 = ring_segment_bytes(). Must be equal on every rank.
+  size_t segment_bytes = 0;
+  // Told about RING_REDUCE_SCATTER and RING_ALLGATHER; may be null.
+  PhaseObserver* phases = nullptr;
+  // Out of place: read the contribution from here (count elements) and leave `buf`
+  // as output only, so the input is never copied into it first. Null: in place.
+  const void* input = nullptr;
+};
+
 // In-place allreduce of `count` elements of `buf` over every rank of `t`.
 // `postscale` multiplies the result (average = sum with postscale 1/N).
 // `scratch` is the caller's persistent receive buffer.
+// Device memory works unchanged when `t` and `red` order their work on one stream
+// (engine/cuda_device.cc: a staging transport and a kernel reducer on the engine's).
 void ring_allreduce(Transport& t, const Reducer& red, void* buf, size_t count, DataType dt,
-                    ReduceOp op, double postscale, HostBuffer& scratch);
+                    ReduceOp op, double postscale, Buffer& scratch,
+                    const RingOptions& opts = RingOptions());
 
 }  // namespace hvdl

@@ -6,9 +6,11 @@
 #include <string>
 #include <vector>
 
+#include "../collectives/phase_observer.h"
 #include "../collectives/reducer.h"
 #include "../common/buffer.h"
 #include "../transport/transport.h"
+#include "device.h"
 #include "message.h"
 #include "tensor_queue.h"
 
@@ -16,12 +18,17 @@ namespace hvdl {
 
 class AllreduceAlgorithm;
 
+// Everything below lives where the group's tensors live (host memory or one GPU), so
+// an op that moves data only through these serves both.
 struct ExecContext {
   Transport& transport;
   const Reducer& reducer;
-  HostBuffer& fusion;   // persistent fusion buffer of this process set
-  HostBuffer& scratch;  // persistent receive buffer of the algorithms
+  Buffer& fusion;   // persistent fusion buffer of this process set
+  Buffer& scratch;  // persistent receive buffer of the algorithms
   size_t fusion_threshold;
+  Device& device;   // copies, identity fill, NCCL: use these instead of memcpy & co.
+  size_t segment_bytes = 0;         // ring pipelining (RingOptions), same on every rank
+  PhaseObserver* phases = nullptr;  // the timeline, when it records: report phases here
   // This process set's allreduce on host memory when it is not the flat ring
   // (shared memory, hierarchical); null for the ring.
   AllreduceAlgorithm* allreduce = nullptr;
@@ -39,6 +46,9 @@ class CollectiveOp {
   virtual size_t fusion_bytes(const Response&) const { return 0; }
   // Responses that may share one fusion buffer return equal keys.
   virtual std::string fusion_key(const Response&) const { return {}; }
+  // Whether execute() handles GPU tensors (it then uses ctx.device, not host calls).
+  // The coordinator rejects GPU requests for the others with a clear error.
+  virtual bool gpu_capable() const { return false; }
   // Run a group of responses. entries[i] is this rank's entry for group[i], or null
   // when this rank has joined. Throws on transport failure.
   virtual void execute(ExecContext& ctx, const std::vector<const Response*>& group,

@@ -1,15 +1,16 @@
 #include "controller.h"
 
 #include <algorithm>
+#include <stdexcept>
 
 #include "../common/logging.h"
+#include "timeline.h"
 
 namespace hvdl {
 
 namespace {
-enum Flag : uint64_t {  // stored inverted, so the AND of all ranks is a NOR
-  kNothingToSend = 1, kNoShutdown = 2,
-};
+// Stored inverted, so the AND of all ranks is a NOR.
+constexpr uint64_t kNothingToSend = 1, kNoShutdown = 2, kNoTimeline = 4;
 }
 
 Controller::Controller(Transport& t, size_t cache_capacity, double stall_warn_s,
@@ -31,7 +32,8 @@ void Controller::requeue(uint32_t bit) {
   pending_cached_.erase(it);
 }
 
-RoundResult Controller::round(std::vector<Request> fresh, bool want_shutdown) {
+RoundResult Controller::round(std::vector<Request> fresh, bool want_shutdown, Timeline* timeline,
+                              const Tunables* publish) {
   RoundResult res;
   auto now = Clock::now();
   for (auto& q : fresh) {
@@ -58,8 +60,8 @@ RoundResult Controller::round(std::vector<Request> fresh, bool want_shutdown) {
 
   // [flags][ready bits][valid bits]
   std::vector<uint64_t> vote(1 + 2 * words_, 0);
-  vote[0] = (unsent_.empty() && !coord_errors ? kNothingToSend : 0) |
-            (want_shutdown ? 0 : kNoShutdown);
+  vote[0] = (unsent_.empty() && !coord_errors && !publish ? kNothingToSend : 0) |
+            (want_shutdown ? 0 : kNoShutdown) | (timeline ? 0 : kNoTimeline);
   for (auto& kv : pending_cached_) vote[1 + kv.first / 64] |= uint64_t(1) << (kv.first % 64);
   for (size_t w = 0; w < words_; ++w) vote[1 + words_ + w] = ~uint64_t(0);
   for (uint32_t b : invalidate_) vote[1 + words_ + b / 64] &= ~(uint64_t(1) << (b % 64));
@@ -67,6 +69,7 @@ RoundResult Controller::round(std::vector<Request> fresh, bool want_shutdown) {
   t_.allreduce_and(vote.data(), vote.size());
   res.shutdown = !(vote[0] & kNoShutdown);
   bool do_gather = !(vote[0] & kNothingToSend);
+  const bool timeline_now = !(vote[0] & kNoTimeline);
 
   // Invalidated bits are dropped everywhere; requests waiting on them go to the
   // coordinator in this very round.
@@ -82,6 +85,7 @@ RoundResult Controller::round(std::vector<Request> fresh, bool want_shutdown) {
       vote[1 + w] &= ~(uint64_t(1) << (b % 64));
     }
   }
+  std::vector<Request> released;  // this rank's requests behind the cache hits (timeline)
   for (size_t w = 0; w < words_; ++w) {
     uint64_t ready = vote[1 + w];
     while (ready) {
@@ -89,9 +93,14 @@ RoundResult Controller::round(std::vector<Request> fresh, bool want_shutdown) {
       ready &= ready - 1;
       res.responses.push_back(cache_.response(b));
       cache_.touch(b);
+      auto it = pending_cached_.find(b);
+      if (timeline_now && it != pending_cached_.end()) released.push_back(std::move(it->second.req));
       pending_cached_.erase(b);
     }
   }
+  // The coordinator never saw these: while the timeline records, every rank sends
+  // when it became ready for them (same bits, same order everywhere).
+  if (timeline_now && !released.empty()) report_cached_readiness(released, res.responses, timeline);
 
   if (do_gather) {
     res.cache_only = false;
@@ -102,7 +111,7 @@ RoundResult Controller::round(std::vector<Request> fresh, bool want_shutdown) {
     if (coord_) {
       for (auto& part : all)
         for (auto& q : decode_requests(part)) coord_->add(std::move(q), now);
-      auto ready = coord_->take_ready();
+      auto ready = coord_->take_ready(timeline);
       ready.insert(ready.end(), stall_errors.begin(), stall_errors.end());
       // Tell everyone whether some rank has joined: while one has, cached requests
       // cannot complete (joined ranks never vote), so all go to the coordinator.
@@ -110,10 +119,20 @@ RoundResult Controller::round(std::vector<Request> fresh, bool want_shutdown) {
       state.name = "";
       state.joined.assign(coord_->joined().begin(), coord_->joined().end());
       ready.insert(ready.begin(), state);
-      answer = encode_responses(ready);
+      // [0 | 1 + Tunables][responses]
+      answer.push_back(publish ? 1 : 0);
+      if (publish) publish->append_to(answer);
+      answer += encode_responses(ready);
     }
     t_.broadcast(answer, 0);
-    auto decoded = decode_responses(answer);
+    size_t skip = 1;
+    if (answer.at(0)) {
+      if (answer.size() < 1 + sizeof(Tunables))
+        throw std::runtime_error("horovodlite: truncated control message");
+      res.tunables = Tunables::read_from(answer.data() + 1);
+      skip += sizeof(Tunables);
+    }
+    auto decoded = decode_responses(answer.substr(skip));
     bool joined_now = !decoded.front().joined.empty();
     if (joined_now && !others_joined_) {
       for (auto& kv : pending_cached_) unsent_.push_back(std::move(kv.second.req));
@@ -141,6 +160,22 @@ Clock::time_point Controller::next_deadline() const {
       best = std::min(best, kv.second.since + std::chrono::duration_cast<Clock::duration>(
                                                   std::chrono::duration<double>(cached_report_s_)));
   return best;
+}
+
+
+void Controller::report_cached_readiness(const std::vector<Request>& released,
+                                         const std::vector<Response>& responses, Timeline* timeline) {
+  auto all = t_.gather(encode_requests(released), 0);
+  if (!timeline) return;  // only rank 0 records
+  const auto agreed = Clock::now();
+  std::vector<std::vector<Request>> by_rank;
+  for (auto& part : all) by_rank.push_back(decode_requests(part));
+  for (size_t i = 0; i < responses.size() && i < released.size(); ++i) {
+    std::vector<Clock::time_point> ready(by_rank.size());
+    for (size_t r = 0; r < by_rank.size(); ++r)
+      if (i < by_rank[r].size()) ready[r] = by_rank[r][i].ready_at;
+    timeline->negotiated(responses[i].name, ready, agreed);
+  }
 }
 
 }  // namespace hvdl

@@ -8,25 +8,34 @@
 #pragma once
 #include <map>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "../transport/transport.h"
 #include "coordinator.h"
+#include "parameters.h"
 #include "response_cache.h"
 
 namespace hvdl {
+
+class Timeline;
 
 struct RoundResult {
   std::vector<Response> responses;  // execute in this order on every rank
   bool shutdown = false;            // some rank asked to shut down
   bool cache_only = true;           // no gather/broadcast was needed
+  std::optional<Tunables> tunables;  // rank 0 changed them: apply before executing
 };
 
 class Controller {
  public:
   Controller(Transport& t, size_t cache_capacity, double stall_warn_s, double stall_fail_s);
 
-  RoundResult round(std::vector<Request> fresh, bool want_shutdown);
+  // Rank 0 only: `timeline` non-null while it records (the vote tells every rank, and
+  // all then report when they became ready, also for tensors the cache answers);
+  // `publish` non-null to hand new tunables to every rank.
+  RoundResult round(std::vector<Request> fresh, bool want_shutdown, Timeline* timeline = nullptr,
+                    const Tunables* publish = nullptr);
   // After a response ran: cache it (identically on every rank).
   void executed(const Response& r, const Request* local);
   // When this rank needs a round for its own timers (stall checks, cached requests
@@ -40,6 +49,8 @@ class Controller {
     Clock::time_point since;
   };
   void requeue(uint32_t bit);
+  void report_cached_readiness(const std::vector<Request>& released,
+                               const std::vector<Response>& responses, Timeline* timeline);
 
   Transport& t_;
   ResponseCache cache_;

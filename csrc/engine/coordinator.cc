@@ -5,6 +5,7 @@
 
 #include "../common/logging.h"
 #include "collective_op.h"
+#include "timeline.h"
 
 namespace hvdl {
 
@@ -75,8 +76,9 @@ Response Coordinator::validate(const Pending& p) const {
     return resp;
   if (!check_same(reqs, resp, "dtype", [](const Request& q) { return std::string(dtype_name(q.dtype)); }))
     return resp;
+  // Each rank drives its own GPU, so only host memory vs GPU has to agree.
   if (!check_same(reqs, resp, "device", [](const Request& q) {
-        return q.device < 0 ? std::string("cpu") : "gpu:" + std::to_string(q.device);
+        return std::string(q.device < 0 ? "cpu" : "gpu");
       }))
     return resp;
   if (!resp.joined.empty() && first->op != OpType::ALLREDUCE) {
@@ -94,11 +96,16 @@ Response Coordinator::validate(const Pending& p) const {
                  "' is not supported by this build";
     return resp;
   }
+  if (first->device >= 0 && !op->gpu_capable()) {
+    resp.error = std::string("horovodlite: ") + op_type_name(first->op) + " '" + first->name +
+                 "': GPU tensors are not supported by this operation yet; pass host memory";
+    return resp;
+  }
   op->validate(reqs, resp);
   return resp;
 }
 
-std::vector<Response> Coordinator::take_ready() {
+std::vector<Response> Coordinator::take_ready(Timeline* timeline) {
   std::vector<Response> out;
   // Group members are held until the whole group is complete, then released together.
   std::unordered_map<std::string, int> group_ready, group_size;
@@ -125,6 +132,12 @@ std::vector<Response> Coordinator::take_ready() {
       continue;
     }
     out.push_back(validate(p));
+    if (timeline) {
+      std::vector<Clock::time_point> ready(size_);
+      for (int r = 0; r < size_; ++r)
+        if (p.present[r]) ready[r] = p.by_rank[r].ready_at;
+      timeline->negotiated(name, ready, Clock::now());
+    }
     table_.erase(name);
   }
   order_.swap(keep);

@@ -13,13 +13,16 @@
 
 namespace hvdl {
 
+class Timeline;
+
 class Coordinator {
  public:
   Coordinator(int size, double stall_warn_s, double stall_fail_s);
 
   void add(Request q, Clock::time_point now);
-  // Released responses, in the order their names first arrived.
-  std::vector<Response> take_ready();
+  // Released responses, in the order their names first arrived. A non-null timeline
+  // is told when each rank became ready for each of them.
+  std::vector<Response> take_ready(Timeline* timeline = nullptr);
   // Logs names that some ranks have been waiting on too long; returns error responses
   // for those past the shutdown limit (and forgets them).
   std::vector<Response> check_stalls(Clock::time_point now);

@@ -6,6 +6,8 @@
 
 #include "../common/env.h"
 #include "../common/logging.h"
+#include "timeline.h"
+#include "device.h"
 
 namespace hvdl {
 
@@ -29,6 +31,9 @@ static EngineParams read_params() {
   p.stall_warn_s = env_double("STALL_CHECK_TIME_SECONDS", 60);
   if (env_is_set("STALL_CHECK_DISABLE") && env_int("STALL_CHECK_DISABLE", 0)) p.stall_warn_s = 0;
   p.stall_fail_s = env_double("STALL_SHUTDOWN_TIME_SECONDS", 0);
+  // Read at every init (ring_segment_bytes() keeps the first value for the process).
+  p.segment_bytes = static_cast<size_t>(std::max<long long>(64, env_int("RING_SEGMENT_BYTES", 1 << 20)));
+  p.autotune = env_int("AUTOTUNE", 0) != 0;
   return p;
 }
 
@@ -42,6 +47,13 @@ void Engine::init(long long fortran_comm, const std::vector<int>& ranks) {
   std::vector<int> all(t.size);
   std::iota(all.begin(), all.end(), 0);
   set_ranks_[0] = all;
+  if (t.rank == 0 && env_is_set("TIMELINE")) {
+    try {
+      Timeline::get().start(env_str("TIMELINE"), env_int("TIMELINE_MARK_CYCLES", 0) != 0);
+    } catch (const std::exception& e) {
+      HVDL_LOG(ERROR) << e.what() << "; running without a timeline";
+    }
+  }
   workers_[0] = std::make_unique<Worker>(world_->create_group(all), params_, 0, hosts_of(t, all));
   next_set_id_ = 1;
   HVDL_LOG(DEBUG) << "initialised: size " << t.size << ", local " << t.local_rank << "/"
@@ -55,6 +67,7 @@ void Engine::shutdown() {
   // Stop every worker first (each ends in a round its peers join), then free the world.
   for (auto& kv : workers_) kv.second->stop();
   workers_.clear();
+  Timeline::get().stop();
   set_ranks_.clear();
   world_.reset();
 }
@@ -96,11 +109,20 @@ int64_t Engine::enqueue(EnqueueArgs a) {
   std::lock_guard<std::mutex> l(mu_);
   Worker* w = worker_for(a.process_set);
   auto e = std::make_unique<TensorEntry>();
+  if (a.req.device >= 0) {
+    if (!cuda_built() || !gpu_runtime_available())
+      throw std::runtime_error("horovodlite: '" + a.req.name + "' is a GPU tensor, but " +
+                               (cuda_built() ? std::string("no usable CUDA driver or GPU was found")
+                                             : std::string("this build of horovodlite has no CUDA "
+                                                           "support (cuda_built() is False)")));
+    claim_process_gpu(a.req.device, a.req.name);
+    if (a.has_stream) e->ready_event = record_ready_event(a.req.device, a.stream);
+  }
   e->req = std::move(a.req);
   e->input = a.input;
   e->output = a.output;
   e->handle = std::make_shared<HandleState>();
-  e->enqueued = Clock::now();
+  e->enqueued = e->req.ready_at = Clock::now();
   auto h = e->handle;
   w->queue().push(std::move(e));
   return handles_.add(h);
@@ -176,6 +198,24 @@ std::map<std::string, uint64_t> Engine::stats(int id) {
   const auto& s = w->stats();
   return {{"rounds", s.rounds}, {"full_rounds", s.full_rounds}, {"groups", s.groups},
           {"tensors", s.tensors}, {"bytes", s.bytes}};
+}
+
+
+Tunables Engine::tunables(int id) {
+  std::lock_guard<std::mutex> l(mu_);
+  return worker_for(id)->tunables();
+}
+
+void Engine::start_timeline(const std::string& path, bool mark_cycles) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (!world_) throw std::runtime_error("horovodlite has not been initialized; call hvd.init() first");
+  if (world_->topology().rank == 0) Timeline::get().start(path, mark_cycles);
+}
+
+void Engine::stop_timeline() {
+  std::lock_guard<std::mutex> l(mu_);
+  if (!world_) throw std::runtime_error("horovodlite has not been initialized; call hvd.init() first");
+  Timeline::get().stop();
 }
 
 std::string Engine::allreduce_algorithm(int id) {

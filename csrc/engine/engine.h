@@ -18,6 +18,9 @@ struct EnqueueArgs {
   Request req;
   const void* input = nullptr;
   void* output = nullptr;
+  // GPU tensors (req.device >= 0): the cudaStream_t that produced the input, if any.
+  bool has_stream = false;
+  void* stream = nullptr;
 };
 
 class Engine {
@@ -45,6 +48,10 @@ class Engine {
   int process_set_rank(int id);  // -1 if this rank is not a member
 
   std::map<std::string, uint64_t> stats(int process_set);
+  Tunables tunables(int process_set);
+  // World rank 0 writes the timeline; on other ranks these do nothing.
+  void start_timeline(const std::string& path, bool mark_cycles);
+  void stop_timeline();
   // "ring", "shm" or "hierarchical": how this rank's allreduces in the set run.
   std::string allreduce_algorithm(int process_set);
   const EngineParams& params() { return params_; }

@@ -7,6 +7,11 @@
 
 namespace hvdl {
 
+// A tensor this large runs alone, where it lies: its per-collective overhead (tens of
+// microseconds) is small next to its transfer time, while packing it would add a copy
+// in and a copy out of the fusion buffer, which cost more than they save.
+constexpr size_t kRunAloneBytes = 256 << 10;
+
 std::vector<std::vector<const Response*>> plan_fusion(const std::vector<Response>& responses,
                                                       size_t threshold) {
   std::vector<std::vector<const Response*>> groups;
@@ -14,7 +19,8 @@ std::vector<std::vector<const Response*>> plan_fusion(const std::vector<Response
   for (const Response& r : responses) {
     const CollectiveOp* op = r.ok() ? find_op(r.op) : nullptr;
     size_t bytes = op ? op->fusion_bytes(r) : 0;
-    if (!op || bytes == 0 || threshold == 0 || FusionLayout::align(bytes) > threshold) {
+    if (!op || bytes == 0 || threshold == 0 || FusionLayout::align(bytes) > threshold ||
+        bytes >= kRunAloneBytes) {
       groups.push_back({&r});
       continue;
     }

@@ -74,18 +74,25 @@ class Reader {
 
 }  // namespace
 
+using SteadyClock = std::chrono::steady_clock;
+
 std::string encode_requests(const std::vector<Request>& v) {
   Writer w;
+  const auto now = SteadyClock::now();
   for (auto& q : v) {
     w.pod(q.rank); w.str(q.name); w.pod(q.op); w.pod(q.dtype); w.vec(q.shape);
     w.pod(q.reduce_op); w.pod(q.prescale); w.pod(q.postscale); w.pod(q.root); w.pod(q.device);
     w.vec(q.splits); w.str(q.group); w.pod(q.group_size); w.str(q.error);
+    int64_t age = q.ready_at == SteadyClock::time_point{} ? -1
+        : std::chrono::duration_cast<std::chrono::nanoseconds>(now - q.ready_at).count();
+    w.pod(age);
   }
   return w.out;
 }
 
 std::vector<Request> decode_requests(const std::string& bytes) {
   Reader r(bytes);
+  const auto now = SteadyClock::now();
   std::vector<Request> v;
   while (!r.done()) {
     Request q;
@@ -95,6 +102,8 @@ std::vector<Request> decode_requests(const std::string& bytes) {
     q.device = r.pod<int32_t>(); q.splits = r.vec<int64_t>(); q.group = r.str();
     q.group_size = r.pod<int32_t>();
     q.error = r.str();
+    int64_t age = r.pod<int64_t>();
+    if (age >= 0) q.ready_at = now - std::chrono::nanoseconds(age);
     v.push_back(std::move(q));
   }
   return v;

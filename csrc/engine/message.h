@@ -2,6 +2,7 @@
 // properties") and what it answers (Response: "execute `name` now", or an error).
 // Both travel as bytes through Transport::gather / broadcast.
 #pragma once
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -36,6 +37,10 @@ struct Request {
   // splits of a non-integer dtype). The coordinator fails the collective on every
   // rank with this text instead of leaving the other ranks waiting.
   std::string error;
+  // When the tensor was enqueued, on the steady clock of the process holding this
+  // Request. It travels as an age (hosts' clocks are unrelated), so after decoding it
+  // is on the receiver's clock; the timeline shows it as the moment a rank was ready.
+  std::chrono::steady_clock::time_point ready_at{};
 };
 
 struct Response {

@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <new>
+#include <vector>
 
 #include "../common/env.h"
 
@@ -34,7 +35,7 @@ std::shared_ptr<void> OutputPool::allocate(size_t bytes) {
     // Smallest cached block that fits without wasting more than a quarter of it.
     auto it = free_.lower_bound(cap);
     if (it != free_.end() && it->first - cap <= it->first / 4) {
-      p = it->second;
+      p = it->second.block;
       got = it->first;
       cached_ -= got;
       free_.erase(it);
@@ -48,14 +49,24 @@ std::shared_ptr<void> OutputPool::allocate(size_t bytes) {
 }
 
 void OutputPool::give_back(void* p, size_t capacity) {
+  std::vector<void*> evicted;
   {
     std::lock_guard<std::mutex> l(mu_);
-    if (cached_ + capacity <= limit_) {
-      free_.emplace(capacity, p);
+    if (capacity <= limit_) {
+      while (cached_ + capacity > limit_) {
+        auto oldest = free_.begin();
+        for (auto it = free_.begin(); it != free_.end(); ++it)
+          if (it->second.freed < oldest->second.freed) oldest = it;
+        evicted.push_back(oldest->second.block);
+        cached_ -= oldest->first;
+        free_.erase(oldest);
+      }
+      free_.emplace(capacity, Cached{p, ++clock_});
       cached_ += capacity;
-      return;
+      p = nullptr;
     }
   }
+  for (void* q : evicted) std::free(q);  // outside the lock: unmapping takes a while
   std::free(p);
 }
 
@@ -66,7 +77,7 @@ size_t OutputPool::cached_bytes() {
 
 void OutputPool::trim() {
   std::lock_guard<std::mutex> l(mu_);
-  for (auto& kv : free_) std::free(kv.second);
+  for (auto& kv : free_) std::free(kv.second.block);
   free_.clear();
   cached_ = 0;
 }

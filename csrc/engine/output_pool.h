@@ -5,9 +5,11 @@
 // slower than the transfer itself. So freed outputs are kept, by size, for the next
 // collective that needs one (training loops ask for the same sizes every step),
 // like a caching allocator. The cache is bounded (HOROVODLITE_OUTPUT_CACHE_BYTES,
-// default 256 MiB); beyond it, blocks go back to the system.
+// default 256 MiB): a freed block evicts the least recently freed ones to fit, so
+// the sizes in use now stay cached; a block larger than the bound is not kept.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -26,8 +28,13 @@ class OutputPool {
   OutputPool();
   void give_back(void* p, size_t capacity);
   std::mutex mu_;
-  std::multimap<size_t, void*> free_;  // capacity -> block
+  struct Cached {
+    void* block;
+    uint64_t freed;  // order of give_back, for eviction
+  };
+  std::multimap<size_t, Cached> free_;  // capacity -> block
   size_t cached_ = 0, limit_;
+  uint64_t clock_ = 0;
 };
 
 }  // namespace hvdl

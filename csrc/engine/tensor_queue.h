@@ -24,6 +24,9 @@ struct TensorEntry {
   void* output = nullptr;  // null: the op allocates the output into handle->out
   std::shared_ptr<HandleState> handle;
   Clock::time_point enqueued;
+  // GPU tensors: recorded on the producer's stream at enqueue (a cudaEvent_t); the
+  // engine's stream waits for it before reading. Null: nothing to wait for.
+  std::shared_ptr<void> ready_event;
 };
 
 class TensorQueue {

@@ -13,13 +13,27 @@ namespace hvdl {
 
 using namespace std::chrono;
 
+// Bytes of tensor data a response moves per rank (what the autotuner and timeline count).
+static size_t payload_bytes(const Response& r) {
+  if (!r.ok() || r.op == OpType::BARRIER || r.op == OpType::JOIN) return 0;
+  size_t n = dtype_size(r.dtype);
+  for (auto d : r.shape) n *= static_cast<size_t>(d);
+  return n;
+}
+
 Worker::Worker(std::unique_ptr<Transport> t, EngineParams p, int id,
                const std::vector<int>& host_of_member)
     : transport_(std::move(t)),
       params_(p),
       id_(id),
       controller_(*transport_, p.cache_capacity, p.stall_warn_s, p.stall_fail_s),
-      allreduce_(make_allreduce_algorithm(*transport_, host_of_member)) {
+      devices_(*transport_),
+      allreduce_(make_allreduce_algorithm(*transport_, host_of_member)),
+      records_timeline_(id == 0 && transport_->rank() == 0) {
+  shown_.fusion_threshold = p.fusion_threshold;
+  shown_.cycle_time_ms = p.cycle_time_ms;
+  shown_.segment_bytes = p.segment_bytes;
+  if (p.autotune && records_timeline_) tuner_ = std::make_unique<Autotuner>(shown_);
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -78,11 +92,16 @@ void Worker::loop() {
     try {
       wait_for_round();
       bool want_shutdown = queue_.shutdown_requested();
-      RoundResult res = controller_.round(queue_.take_fresh(), want_shutdown);
+      Timeline* tl = records_timeline_ ? Timeline::get().recording() : nullptr;
+      if (tl && tl->mark_cycles()) tl->cycle_start(Clock::now());
+      RoundResult res = controller_.round(queue_.take_fresh(), want_shutdown, tl,
+                                          tuner_ ? tuner_->proposal() : nullptr);
       ++round_;
       stats_.rounds++;
       if (!res.cache_only) stats_.full_rounds++;
-      execute(res.responses);
+      if (res.tunables) apply(*res.tunables);  // every rank, before this round's work
+      uint64_t bytes = execute(res.responses, tl, Clock::now());
+      if (tuner_) tuner_->record(res.responses, bytes, Clock::now());
       if (res.shutdown) running_ = false;
     } catch (const std::exception& e) {
       HVDL_LOG(ERROR) << "process set " << id_ << ": background loop failed: " << e.what();
@@ -97,11 +116,40 @@ void Worker::loop() {
                     "); this collective cannot complete. Call hvd.shutdown() on this rank too";
   // Closing also refuses later enqueues, which would otherwise wait forever.
   for (auto& e : queue_.close(why)) e->handle->complete(Status::error(Status::ABORTED, why));
+  try {
+    devices_.clear();  // on this thread: the one whose current device they were set up on
+  } catch (const std::exception& e) {
+    HVDL_LOG(WARNING) << "process set " << id_ << ": releasing devices: " << e.what();
+  }
 }
 
-void Worker::execute(const std::vector<Response>& responses) {
-  ExecContext ctx{*transport_, cpu_reducer(), fusion_, scratch_, params_.fusion_threshold};
-  ctx.allreduce = allreduce_.get();
+// This rank's device for a group: its own tensors' (all on one device per process), or
+// for a rank that has joined, the GPU it uses elsewhere (the response names rank 0's).
+static int local_device(const Response& head, const std::vector<TensorEntry*>& entries) {
+  for (auto* e : entries)
+    if (e) return e->req.device;
+  if (head.device < 0) return -1;
+  return process_gpu() >= 0 ? process_gpu() : head.device;
+}
+
+void Worker::apply(const Tunables& t) {
+  params_.fusion_threshold = t.fusion_threshold;
+  params_.cycle_time_ms = t.cycle_time_ms;
+  params_.segment_bytes = t.segment_bytes;
+  {
+    std::lock_guard<std::mutex> l(shown_mu_);
+    shown_ = t;
+  }
+  if (tuner_) tuner_->applied(t, Clock::now());
+  HVDL_LOG(DEBUG) << "process set " << id_ << ": fusion_threshold=" << t.fusion_threshold
+                  << " cycle_time_ms=" << t.cycle_time_ms << " ring_segment_bytes=" << t.segment_bytes
+                  << (t.final ? " (final)" : "");
+}
+
+uint64_t Worker::execute(const std::vector<Response>& responses, Timeline* tl,
+                         Clock::time_point agreed) {
+  uint64_t total_bytes = 0;
+  std::vector<size_t> sizes;
   for (auto& group : plan_fusion(responses, params_.fusion_threshold)) {
     std::vector<std::unique_ptr<TensorEntry>> owned;
     std::vector<TensorEntry*> entries;
@@ -110,24 +158,55 @@ void Worker::execute(const std::vector<Response>& responses) {
       entries.push_back(owned.back().get());
     }
     const Response& head = *group[0];
+    const CollectiveOp* op = head.ok() ? find_op(head.op) : nullptr;
+    sizes.clear();
+    for (auto* r : group) sizes.push_back(payload_bytes(*r));
     Status st;
+    GroupTrace trace;
+    Clock::time_point begin;
+    if (tl) {
+      begin = Clock::now();
+      for (auto* r : group)
+        if (!r->name.empty()) tl->queued(r->name, agreed, begin);
+    }
     if (!head.ok()) {
       st = Status::error(Status::MISMATCH, head.error);
+    } else if (!op) {
+      st = Status::error(Status::INTERNAL, std::string("horovodlite: ") + op_type_name(head.op) +
+                                               " is not supported by this build");
     } else {
+      Device* dev = nullptr;
       try {
-        find_op(head.op)->execute(ctx, group, entries);
+        dev = &devices_.get(local_device(head, entries));
+        ExecContext ctx{dev->transport(), dev->reducer(), dev->fusion(), dev->scratch(),
+                        params_.fusion_threshold, *dev};
+        ctx.segment_bytes = params_.segment_bytes;
+        ctx.phases = tl ? &trace : nullptr;
+        if (dev->ordinal() < 0) ctx.allreduce = allreduce_.get();  // shm / hierarchical
+        dev->begin(entries);
+        op->execute(ctx, group, entries);
+        dev->end();
         stats_.groups++;
         stats_.tensors += group.size();
+        for (size_t b : sizes) total_bytes += b;
       } catch (const std::exception& e) {
+        // Work already queued on a GPU must not outlive the tensors the handles release.
+        try {
+          if (dev) dev->end();
+        } catch (...) {
+        }
         st = Status::error(Status::INTERNAL, std::string("horovodlite: ") + op_type_name(head.op) +
                                                  " '" + head.name + "' failed: " + e.what());
       }
     }
+    if (tl) tl->executed(group, sizes, begin, Clock::now(), trace);
     for (size_t i = 0; i < group.size(); ++i) {
       controller_.executed(*group[i], entries[i] ? &entries[i]->req : nullptr);
       if (entries[i]) entries[i]->handle->complete(st);
     }
   }
+  stats_.bytes += total_bytes;
+  return total_bytes;
 }
 
 }  // namespace hvdl

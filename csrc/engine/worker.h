@@ -4,14 +4,17 @@
 #pragma once
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <thread>
 
-#include "../collectives/reducer.h"
-#include "../common/buffer.h"
 #include "../transport/transport.h"
 #include "allreduce_algorithm.h"
+#include "autotune.h"
 #include "controller.h"
+#include "parameters.h"
+#include "device.h"
 #include "tensor_queue.h"
+#include "timeline.h"
 
 namespace hvdl {
 
@@ -20,6 +23,8 @@ struct EngineParams {
   double cycle_time_ms = 1.0;
   size_t cache_capacity = 1024;
   double stall_warn_s = 60, stall_fail_s = 0;
+  size_t segment_bytes = 1u << 20;  // ring pipelining
+  bool autotune = false;            // rank 0 of the global set tunes the knobs above
 };
 
 struct WorkerStats {
@@ -36,6 +41,11 @@ class Worker {
   TensorQueue& queue() { return queue_; }
   Transport& transport() { return *transport_; }
   const WorkerStats& stats() const { return stats_; }
+  // The knobs in effect (they change at round boundaries under autotune).
+  Tunables tunables() const {
+    std::lock_guard<std::mutex> l(shown_mu_);
+    return shown_;
+  }
   int id() const { return id_; }
   const char* allreduce_algorithm() const { return allreduce_ ? allreduce_->name() : "ring"; }
   void stop();
@@ -43,18 +53,24 @@ class Worker {
  private:
   void loop();
   void wait_for_round();
-  void execute(const std::vector<Response>& responses);
+  // Returns the bytes executed (what the autotuner scores).
+  uint64_t execute(const std::vector<Response>& responses, Timeline* tl, Clock::time_point agreed);
+  void apply(const Tunables& t);
 
   std::unique_ptr<Transport> transport_;
   EngineParams params_;
   int id_;
   TensorQueue queue_;
   Controller controller_;
-  HostBuffer fusion_, scratch_;
-  std::unique_ptr<AllreduceAlgorithm> allreduce_;  // null: the flat ring
+  DeviceSet devices_;  // host memory and the GPU this process uses, with their buffers
+  std::unique_ptr<AllreduceAlgorithm> allreduce_;  // host memory; null: the flat ring
   WorkerStats stats_;
   uint64_t round_ = 1;
   bool running_ = true;
+  const bool records_timeline_;  // world rank 0, global set
+  std::unique_ptr<Autotuner> tuner_;
+  mutable std::mutex shown_mu_;
+  Tunables shown_;
   std::thread thread_;
 };
 

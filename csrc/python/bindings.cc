@@ -12,6 +12,8 @@
 #include "../engine/output_pool.h"
 #include "../reduce/identity.h"
 #include "../reduce/reduce.h"
+#include "jax_ffi.h"
+#include "gpu_bindings.h"
 
 namespace py = pybind11;
 using namespace hvdl;
@@ -27,7 +29,7 @@ void* as_ptr(uintptr_t p) { return reinterpret_cast<void*>(p); }
 int64_t enqueue(int op, const std::string& name, uintptr_t in, uintptr_t out, int dtype,
                 std::vector<int64_t> shape, int reduce_op, double prescale, double postscale,
                 int root, int device, std::vector<int64_t> splits, const std::string& group,
-                int group_size, int process_set, const std::string& error) {
+                int group_size, int process_set, const std::string& error, py::object stream) {
   EnqueueArgs a;
   a.process_set = process_set;
   a.req.name = name;
@@ -45,6 +47,12 @@ int64_t enqueue(int op, const std::string& name, uintptr_t in, uintptr_t out, in
   a.req.error = error;
   a.input = as_ptr(in);
   a.output = as_ptr(out);
+  // GPU tensors: the producer's cudaStream_t as an int (0 = legacy default stream);
+  // None = the tensor is ready now.
+  if (!stream.is_none()) {
+    a.has_stream = true;
+    a.stream = as_ptr(stream.cast<uintptr_t>());
+  }
   return Engine::get().enqueue(std::move(a));
 }
 
@@ -106,7 +114,8 @@ PYBIND11_MODULE(_core, m) {
         py::arg("dtype"), py::arg("shape"), py::arg("reduce_op") = 1, py::arg("prescale") = 1.0,
         py::arg("postscale") = 1.0, py::arg("root") = -1, py::arg("device") = -1,
         py::arg("splits") = std::vector<int64_t>(), py::arg("group") = "",
-        py::arg("group_size") = 0, py::arg("process_set") = 0, py::arg("error") = "");
+        py::arg("group_size") = 0, py::arg("process_set") = 0, py::arg("error") = "",
+        py::arg("stream") = py::none());
   m.def("poll", [](int64_t h) { return Engine::get().handle(h)->poll(); });
   m.def("wait", &wait);
   m.def("release", [](int64_t h) { Engine::get().release(h); });
@@ -130,6 +139,25 @@ PYBIND11_MODULE(_core, m) {
   m.def("allreduce_algorithm", [](int id) { return Engine::get().allreduce_algorithm(id); },
         py::arg("process_set") = 0);
 
+  // Operations: timeline and the knobs in effect (autotune changes them).
+  m.def("start_timeline", [](const std::string& path, bool mark_cycles) {
+    py::gil_scoped_release nogil;
+    Engine::get().start_timeline(path, mark_cycles);
+  }, py::arg("path"), py::arg("mark_cycles") = false);
+  m.def("stop_timeline", [] {
+    py::gil_scoped_release nogil;
+    Engine::get().stop_timeline();
+  });
+  m.def("tunables", [](int id) {
+    Tunables t = Engine::get().tunables(id);
+    py::dict d;
+    d["fusion_threshold"] = t.fusion_threshold;
+    d["cycle_time_ms"] = t.cycle_time_ms;
+    d["ring_segment_bytes"] = t.segment_bytes;
+    d["autotune_final"] = static_cast<bool>(t.final);
+    return d;
+  }, py::arg("process_set") = 0);
+
   // Kernel entry points, exposed so tests can check them against numpy.
   m.def("reduce_into", [](uintptr_t dst, uintptr_t src, size_t n, int dt, int op) {
     reduce_into(as_ptr(dst), as_ptr(src), n, static_cast<DataType>(dt), static_cast<ReduceOp>(op));
@@ -140,5 +168,9 @@ PYBIND11_MODULE(_core, m) {
   m.def("fill_identity", [](uintptr_t buf, size_t n, int dt, int op) {
     fill_identity(as_ptr(buf), n, static_cast<DataType>(dt), static_cast<ReduceOp>(op));
   });
+  // XLA FFI handler for horovodlite.jax (registered from Python with jax.ffi).
+  m.def("jax_ffi_handler", [] { return py::capsule(jax_ffi_handler(), static_cast<const char*>(nullptr)); });
+
   m.def("reduce_isa", [] { return std::string(reduce_isa()); });
+  register_gpu_bindings(m);
 }

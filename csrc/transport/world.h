@@ -34,5 +34,7 @@ class World {
 // outside it gets a std::invalid_argument.
 std::unique_ptr<World> make_mpi_world(long long fortran_comm, const std::vector<int>& ranks);
 bool mpi_built();
+// True when the MPI library moves GPU memory itself (CUDA-aware); call after MPI_Init.
+bool mpi_cuda_aware();
 
 }  // namespace hvdl

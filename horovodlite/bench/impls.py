@@ -216,8 +216,11 @@ class Gloo(Impl):
 
     def close(self):
         self.dist.destroy_process_group()
-        if self.comm.Get_rank() == 0 and os.path.exists(self._path):
-            os.unlink(self._path)
+        if self.comm.Get_rank() == 0:
+            try:  # the store removes it itself once every rank has let go
+                os.unlink(self._path)
+            except FileNotFoundError:
+                pass
 
     def prepare(self, coll, inp):
         torch, dist = self.torch, self.dist

@@ -6,11 +6,12 @@
 //
 //   g++ -O1 -std=c++17 -pthread -I csrc tests/cpp/test_collectives.cc \
 //       csrc/collectives/{ring,ring_allreduce,broadcast,alltoall,cpu_reducer}.cc \
-//       csrc/reduce/*.cc -o /tmp/test_collectives && /tmp/test_collectives
+//       csrc/engine/output_pool.cc csrc/reduce/*.cc -o /tmp/test_collectives && /tmp/test_collectives
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <algorithm>
 #include <deque>
 #include <functional>
 #include <map>
@@ -25,6 +26,7 @@
 #include "collectives/broadcast.h"
 #include "collectives/ring.h"
 #include "collectives/ring_allreduce.h"
+#include "engine/output_pool.h"
 
 namespace hvdl {
 namespace {
@@ -152,17 +154,23 @@ void test_reduce_scatter(int n, const std::vector<size_t>& sizes, int shift, boo
     HostBuffer scratch;
     std::vector<float> orig = in;
     void* dst = in_place ? in.data() : out.data();
-    ring_reduce_scatter(t, cpu_reducer(), in.data(), dst, blocks, DataType::FLOAT32, ReduceOp::SUM,
-                        shift, scratch);
-    if (!in_place) CHECK(in == orig, "n=%d: out-of-place reduce-scatter modified its input", n);
     const int own = ((r + shift) % n + n) % n;
-    const float* res = static_cast<const float*>(dst);
+    // Out of place, every other trial asks for the finished block in a separate buffer.
+    std::vector<float> own_buf(blocks.count[own] + 1, 77.0f);
+    const bool separate = !in_place && (sizes.size() + shift) % 2 == 0;
+    ring_reduce_scatter(t, cpu_reducer(), in.data(), dst, blocks, DataType::FLOAT32, ReduceOp::SUM,
+                        shift, scratch, 0, separate ? own_buf.data() : nullptr);
+    if (!in_place) CHECK(in == orig, "n=%d: out-of-place reduce-scatter modified its input", n);
+    CHECK(own_buf.back() == 77.0f, "n=%d: wrote past the separate own block", n);
+    auto res = [&](size_t i) {
+      return separate ? own_buf[i - blocks.offset[own]] : static_cast<const float*>(dst)[i];
+    };
     for (size_t i = blocks.offset[own]; i < blocks.offset[own] + blocks.count[own]; ++i) {
       float want = 0;
       for (int j = 0; j < n; ++j) want += val(j, i);
-      if (res[i] != want) {
+      if (res(i) != want) {
         CHECK(false, "reduce_scatter n=%d shift=%d in_place=%d rank %d elem %zu: %g != %g", n, shift,
-              in_place, r, i, res[i], want);
+              in_place, r, i, res(i), want);
         break;
       }
     }
@@ -191,15 +199,20 @@ void test_allreduce(int n, size_t count) {
           "allreduce n=%d count=%zu: rank %d differs from rank 0", n, count, r);
 }
 
-void test_allgather(int n, const std::vector<size_t>& sizes) {
+void test_allgather(int n, const std::vector<size_t>& sizes, bool from_input) {
   RingBlocks blocks = RingBlocks::of_sizes(sizes);
   size_t total = 0;
   for (auto s : sizes) total += s;
   on_ranks(n, [&](ThreadTransport& t) {
     const int r = t.rank();
-    std::vector<char> buf(total, 0);
-    for (size_t i = 0; i < sizes[r]; ++i) buf[blocks.offset[r] + i] = static_cast<char>(r * 31 + i);
-    ring_allgather(t, buf.data(), blocks, 0);
+    std::vector<char> buf(total, 0), mine(sizes[r]);
+    for (size_t i = 0; i < sizes[r]; ++i) mine[i] = static_cast<char>(r * 31 + i);
+    if (from_input) {
+      ring_allgather(t, buf.data(), blocks, 0, mine.data());
+    } else {
+      std::copy(mine.begin(), mine.end(), buf.begin() + blocks.offset[r]);
+      ring_allgather(t, buf.data(), blocks, 0);
+    }
     for (int j = 0; j < n; ++j)
       for (size_t i = 0; i < sizes[j]; ++i)
         if (buf[blocks.offset[j] + i] != static_cast<char>(j * 31 + i)) {
@@ -252,6 +265,39 @@ void test_alltoall(int n, unsigned seed) {
   });
 }
 
+// The engine's output pool: freed outputs are reused by size; a freed block evicts
+// the least recently freed ones to stay under the bound (set to 4 MiB in main).
+void test_output_pool() {
+  OutputPool& pool = OutputPool::get();
+  void* first;
+  {
+    auto a = pool.allocate(1 << 20);
+    first = a.get();
+    CHECK(reinterpret_cast<uintptr_t>(first) % 4096 == 0, "pool block not page aligned");
+  }
+  CHECK(pool.cached_bytes() == (1u << 20), "freed block not cached: %zu", pool.cached_bytes());
+  {
+    auto b = pool.allocate((1 << 20) - 100);  // same page-rounded size: reused
+    CHECK(b.get() == first, "cached block not reused");
+    CHECK(pool.cached_bytes() == 0, "reused block still counted");
+  }
+  { auto c = pool.allocate(2 << 20); }
+  { auto d = pool.allocate(1 << 20); }  // the 1 MiB block again
+  CHECK(pool.cached_bytes() == (3u << 20), "cached %zu", pool.cached_bytes());
+  { auto e = pool.allocate(3 << 20); }  // 3 + 3 > 4 MiB: evicts the oldest (the 2 MiB one)
+  CHECK(pool.cached_bytes() == (4u << 20), "after eviction cached %zu", pool.cached_bytes());
+  {
+    auto again = pool.allocate(1 << 20);  // the more recently freed 1 MiB block survived
+    CHECK(again.get() == first, "recently freed block was evicted");
+  }
+  { auto f = pool.allocate(8 << 20); }  // larger than the bound: not kept
+  CHECK(pool.cached_bytes() == (4u << 20), "oversized block cached: %zu", pool.cached_bytes());
+  auto z = pool.allocate(0);
+  CHECK(z != nullptr, "zero-byte output must still be a valid pointer");
+  pool.trim();
+  CHECK(pool.cached_bytes() == 0, "trim left %zu", pool.cached_bytes());
+}
+
 }  // namespace
 }  // namespace hvdl
 
@@ -259,6 +305,8 @@ int main() {
   using namespace hvdl;
   // 16 floats per segment: blocks of a few dozen elements take several segments.
   setenv("HOROVODLITE_RING_SEGMENT_BYTES", "64", 1);
+  setenv("HOROVODLITE_OUTPUT_CACHE_BYTES", "4194304", 1);
+  test_output_pool();
   std::mt19937 rng(7);
   for (int n = 1; n <= 8; ++n) {
     for (size_t count : {size_t(0), size_t(1), size_t(n - 1), size_t(n), size_t(n + 1), size_t(37),
@@ -269,7 +317,8 @@ int main() {
       for (auto& s : sizes) s = rng() % 3 == 0 ? 0 : rng() % 70;  // uneven, with empty blocks
       for (int shift : {0, 1, n - 1})
         for (bool in_place : {true, false}) test_reduce_scatter(n, sizes, shift, in_place);
-      test_allgather(n, sizes);
+      test_allgather(n, sizes, false);
+      test_allgather(n, sizes, true);
       test_alltoall(n, static_cast<unsigned>(n * 100 + trial));
     }
     for (int root = 0; root < n; ++root)

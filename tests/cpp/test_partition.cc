@@ -1,14 +1,18 @@
 // The ring's chunk arithmetic, without MPI:
 //   g++ -O2 -std=c++17 -pthread -I csrc tests/cpp/test_partition.cc \
-//       csrc/collectives/ring_allreduce.cc -o /tmp/test_partition
+//       csrc/collectives/ring_allreduce.cc csrc/collectives/ring.cc -o /tmp/test_partition
 //
 // 1. partition.h: blocks tile [0, count) in order, sizes differ by at most one, the
 //    first count % parts blocks are the larger ones, for every count < parts too.
 // 2. The real ring_allreduce over an in-process transport (one thread per rank,
 //    FIFO mailboxes per ordered pair of ranks, like MPI's matching order) for
 //    N = 1..7, counts 0..(a few segments), several segment sizes: exact integer
-//    sums on every rank, float results bitwise identical on every rank, every
+//    sums on every rank (in place), float results bitwise identical on every rank
+//    (out of place, input untouched), every
 //    message received with exactly the size that was sent.
+// 3. The two ring phases on their own: out-of-place reduce-scatter (the input is
+//    only read) for both block shifts, and allgather of uneven blocks, empty ones
+//    included.
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -200,6 +204,7 @@ void run_ring(int n, size_t count, double postscale) {
   TestReducer red;
   std::vector<std::vector<int64_t>> ints(n, std::vector<int64_t>(count));
   std::vector<std::vector<float>> floats(n, std::vector<float>(count));
+  std::vector<std::vector<float>> float_out(n, std::vector<float>(count, -12345.0f));
   for (int r = 0; r < n; ++r)
     for (size_t i = 0; i < count; ++i) ints[r][i] = int_value(r, i), floats[r][i] = float_value(r, i);
   std::vector<std::string> errors(n);
@@ -211,8 +216,11 @@ void run_ring(int n, size_t count, double postscale) {
         HostBuffer scratch;
         ring_allreduce(t, red, ints[r].data(), count, DataType::INT64, ReduceOp::SUM, postscale,
                        scratch);
-        ring_allreduce(t, red, floats[r].data(), count, DataType::FLOAT32, ReduceOp::SUM, 1.0,
-                       scratch);
+        // out of place: the input is only read, the output starts as garbage
+        RingOptions oop;
+        oop.input = floats[r].data();
+        ring_allreduce(t, red, float_out[r].data(), count, DataType::FLOAT32, ReduceOp::SUM, 1.0,
+                       scratch, oop);
         t.wait_all();
       } catch (const std::exception& e) {
         errors[r] = e.what();
@@ -226,7 +234,7 @@ void run_ring(int n, size_t count, double postscale) {
   check(fabric.size_errors == 0, what + ": a message size did not match its receive");
   for (int b = 0; b < n * n; ++b)
     check(fabric.box(b / n, b % n).msgs.empty(), what + ": messages left unreceived");
-  bool ints_ok = true, floats_same = true, floats_close = true;
+  bool ints_ok = true, floats_same = true, floats_close = true, input_kept = true;
   for (size_t i = 0; i < count; ++i) {
     int64_t sum = 0;
     double fsum = 0;
@@ -234,13 +242,95 @@ void run_ring(int n, size_t count, double postscale) {
     const int64_t want = static_cast<int64_t>(sum * postscale);
     for (int r = 0; r < n; ++r) {
       ints_ok = ints_ok && ints[r][i] == want;
-      floats_same = floats_same && std::memcmp(&floats[r][i], &floats[0][i], 4) == 0;
+      floats_same = floats_same && std::memcmp(&float_out[r][i], &float_out[0][i], 4) == 0;
+      input_kept = input_kept && floats[r][i] == float_value(r, i);
     }
-    floats_close = floats_close && std::abs(floats[0][i] - fsum) <= 1e-6 * n * std::abs(fsum);
+    floats_close = floats_close && std::abs(float_out[0][i] - fsum) <= 1e-6 * n * std::abs(fsum);
   }
   check(ints_ok, what + ": integer sums wrong");
   check(floats_same, what + ": float results differ between ranks");
-  check(floats_close, what + ": float sums wrong");
+  check(floats_close, what + ": float sums wrong (out of place)");
+  check(input_kept, what + ": out of place, the input was modified");
+}
+
+// Out-of-place reduce-scatter: rank r's block (r + shift) of dst is the full sum,
+// src is untouched.
+void run_reduce_scatter(int n, size_t count, int shift) {
+  Fabric fabric(n);
+  TestReducer red;
+  std::vector<std::vector<int64_t>> src(n, std::vector<int64_t>(count)), dst(n, std::vector<int64_t>(count, -1));
+  for (int r = 0; r < n; ++r)
+    for (size_t i = 0; i < count; ++i) src[r][i] = int_value(r, i);
+  const auto orig = src;
+  const RingBlocks blocks = RingBlocks::even(count, n);
+  std::vector<std::string> errors(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        ThreadTransport t(fabric, r);
+        HostBuffer scratch;
+        ring_reduce_scatter(t, red, src[r].data(), dst[r].data(), blocks, DataType::INT64,
+                            ReduceOp::SUM, shift, scratch);
+        t.wait_all();
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  const std::string what = "reduce-scatter n=" + std::to_string(n) + " count=" +
+                           std::to_string(count) + " shift=" + std::to_string(shift);
+  bool ok = true;
+  for (int r = 0; r < n; ++r) {
+    check(errors[r].empty(), what + ": rank threw " + errors[r]);
+    const int own = (r + shift) % n;
+    for (size_t i = blocks.offset[own]; i < blocks.offset[own] + blocks.count[own]; ++i) {
+      int64_t sum = 0;
+      for (int q = 0; q < n; ++q) sum += int_value(q, i);
+      ok = ok && dst[r][i] == sum;
+    }
+  }
+  check(ok, what + ": own block is not the full sum");
+  check(src == orig, what + ": the input was modified");
+  check(fabric.size_errors == 0, what + ": a message size did not match its receive");
+}
+
+void run_allgather(int n, const std::vector<size_t>& sizes, int shift) {
+  Fabric fabric(n);
+  const RingBlocks blocks = RingBlocks::of_sizes(sizes);
+  size_t total = 0;
+  for (size_t b : sizes) total += b;
+  std::vector<std::vector<char>> buf(n, std::vector<char>(total, 0));
+  auto byte = [](int block, size_t i) { return static_cast<char>(block * 37 + i * 11 + 1); };
+  for (int r = 0; r < n; ++r) {
+    const int own = (r + shift) % n;
+    for (size_t i = 0; i < blocks.count[own]; ++i) buf[r][blocks.offset[own] + i] = byte(own, i);
+  }
+  std::vector<std::string> errors(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        ThreadTransport t(fabric, r);
+        ring_allgather(t, buf[r].data(), blocks, shift);
+        t.wait_all();
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  std::string what = "allgather n=" + std::to_string(n) + " shift=" + std::to_string(shift) + " sizes";
+  for (size_t b : sizes) what += " " + std::to_string(b);
+  bool ok = true;
+  for (int r = 0; r < n; ++r) {
+    check(errors[r].empty(), what + ": rank threw " + errors[r]);
+    for (int b = 0; b < n; ++b)
+      for (size_t i = 0; i < blocks.count[b]; ++i) ok = ok && buf[r][blocks.offset[b] + i] == byte(b, i);
+  }
+  check(ok, what + ": a block is missing or wrong");
+  check(fabric.size_errors == 0, what + ": a message size did not match its receive");
 }
 
 }  // namespace
@@ -257,6 +347,19 @@ int main() {
     for (int n = 2; n <= 7; ++n) counts.push_back(k * seg_elems * n + (k % n));
   for (int n = 1; n <= 7; ++n)
     for (size_t count : counts) run_ring(n, count, n == 3 ? 1.0 / 3 : 1.0);
+  for (int n = 2; n <= 5; ++n)
+    for (size_t count : {size_t(0), size_t(1), size_t(n - 1), size_t(n) + 1, 3 * seg_elems * n + 1})
+      for (int shift : {0, 1}) run_reduce_scatter(n, count, shift);
+  for (int n = 2; n <= 5; ++n)
+    for (int shift : {0, 1}) {
+      std::vector<size_t> uneven, with_empty;
+      for (int i = 0; i < n; ++i) {
+        uneven.push_back(static_cast<size_t>(i * 3 + 1) * ring_segment_bytes() / 2 + i);
+        with_empty.push_back(i % 2 ? 0 : static_cast<size_t>(i + 1) * 100);
+      }
+      run_allgather(n, uneven, shift);
+      run_allgather(n, with_empty, shift);
+    }
   std::printf("%d passed, %d failed\n", g_passed, g_failed);
   return g_failed ? 1 : 0;
 }

@@ -2,7 +2,9 @@
 // of every rank travel in Response.sizes, so each rank can size the output (which
 // the engine allocates) and the ring's variable blocks before any data moves.
 // A lone tensor is gathered straight into its output (its rank-major layout is the
-// ring's block layout); many small ones share one ring through the fusion buffer.
+// ring's block layout), sending this rank's part from the input itself so the copy
+// into the output overlaps the transfer; many small ones share one ring through the
+// fusion buffer.
 #include <cstring>
 
 #include "../../collectives/ring.h"
@@ -61,9 +63,8 @@ class AllgatherOp : public CollectiveOp {
     if (k_count == 1) {
       auto out = OutputPool::get().allocate(total[0]);
       RingBlocks blocks = RingBlocks::of_sizes(piece[0]);
-      char* base = static_cast<char*>(out.get());
-      if (piece[0][me]) std::memcpy(base + blocks.offset[me], entries[0]->input, piece[0][me]);
-      ring_allgather(t, base, blocks, 0);
+      PhaseScope p(ctx.phases, "RING_ALLGATHER");
+      ring_allgather(t, out.get(), blocks, 0, entries[0]->input);
       finish(0, std::move(out));
       return;
     }
@@ -78,9 +79,16 @@ class AllgatherOp : public CollectiveOp {
       }
     RingBlocks blocks = RingBlocks::of_sizes(block);
     char* fb = ctx.fusion.reserve(blocks.offset[n - 1] + blocks.count[n - 1]);
-    for (size_t k = 0; k < k_count; ++k)
-      if (piece[k][me]) std::memcpy(fb + blocks.offset[me] + at[k][me], entries[k]->input, piece[k][me]);
-    ring_allgather(t, fb, blocks, 0);
+    {
+      PhaseScope p(ctx.phases, "MEMCPY_IN_FUSION_BUFFER");
+      for (size_t k = 0; k < k_count; ++k)
+        if (piece[k][me]) std::memcpy(fb + blocks.offset[me] + at[k][me], entries[k]->input, piece[k][me]);
+    }
+    {
+      PhaseScope p(ctx.phases, "RING_ALLGATHER");
+      ring_allgather(t, fb, blocks, 0);
+    }
+    PhaseScope p(ctx.phases, "MEMCPY_OUT_FUSION_BUFFER");
     for (size_t k = 0; k < k_count; ++k) {
       auto out = OutputPool::get().allocate(total[k]);
       char* dst = static_cast<char*>(out.get());

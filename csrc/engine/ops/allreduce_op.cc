@@ -1,11 +1,11 @@
 // Allreduce: every rank contributes a tensor of the same shape; all get the reduction.
 // Small tensors share the fusion buffer (one ring for many tensors); a lone tensor is
-// reduced where it lies, so a large in-place allreduce copies nothing.
-#include <cstring>
+// reduced where it lies, so a large in-place allreduce copies nothing. Data moves only
+// through ctx.device, so the same code runs on host memory and on a GPU (where NCCL,
+// when the device has it, replaces the ring).
 #include <sstream>
 
 #include "../../collectives/ring_allreduce.h"
-#include "../../reduce/identity.h"
 #include "../allreduce_algorithm.h"
 #include "../collective_op.h"
 #include "../fusion_layout.h"
@@ -27,13 +27,25 @@ std::string fmt(double v) {
 
 void reduce_in_place(ExecContext& ctx, void* buf, size_t count, DataType dt, ReduceOp op,
                      double postscale) {
-  if (ctx.allreduce) return ctx.allreduce->run(ctx.reducer, buf, buf, count, dt, op, 1.0, postscale);
-  ring_allreduce(ctx.transport, ctx.reducer, buf, count, dt, op, postscale, ctx.scratch);
+  if (DeviceCollectives* lib = ctx.device.collectives()) {
+    lib->allreduce(buf, buf, count, dt, op);
+    ctx.reducer.scale(buf, count, dt, postscale);
+    return;
+  }
+  if (ctx.allreduce) {  // host memory: this set's shared-memory or hierarchical path
+    PhaseScope p(ctx.phases, ctx.allreduce->phase());
+    return ctx.allreduce->run(ctx.reducer, buf, buf, count, dt, op, 1.0, postscale);
+  }
+  RingOptions ring;
+  ring.segment_bytes = ctx.segment_bytes;
+  ring.phases = ctx.phases;
+  ring_allreduce(ctx.transport, ctx.reducer, buf, count, dt, op, postscale, ctx.scratch, ring);
 }
 
 class AllreduceOp : public CollectiveOp {
  public:
   OpType type() const override { return OpType::ALLREDUCE; }
+  bool gpu_capable() const override { return true; }
 
   void validate(const std::vector<const Request*>& reqs, Response& resp) const override {
     if (!check_same(reqs, resp, "shape", [](const Request& q) { return shape_str(q.shape); }) ||
@@ -77,19 +89,23 @@ class AllreduceOp : public CollectiveOp {
     // Average is a sum scaled by 1/N; joined ranks still count in N, as in Horovod.
     ReduceOp op = head.reduce_op == ReduceOp::AVERAGE ? ReduceOp::SUM : head.reduce_op;
     double post = head.postscale * (head.reduce_op == ReduceOp::AVERAGE ? 1.0 / n : 1.0);
-
     if (group.size() == 1) {
       const size_t count = numel(head.shape);
       void* buf;
       if (entries[0]) {
         buf = entries[0]->output;
-        if (ctx.allreduce)  // reads the input where it lies: no copy into the output first
+        if (ctx.allreduce) {  // reads the input where it lies: no copy into the output first
+          PhaseScope p(ctx.phases, ctx.allreduce->phase());
           return ctx.allreduce->run(ctx.reducer, entries[0]->input, buf, count, dt, op,
                                     head.prescale, post);
-        if (buf != entries[0]->input && count) std::memcpy(buf, entries[0]->input, count * es);
+        }
+        if (buf != entries[0]->input && count) {
+          PhaseScope p(ctx.phases, "MEMCPY_IN_OUTPUT");
+          ctx.device.copy(buf, entries[0]->input, count * es);
+        }
       } else {
         buf = ctx.fusion.reserve(count * es);
-        fill_identity(buf, count, dt, op);
+        ctx.device.fill_identity(buf, count, dt, op);
       }
       ctx.reducer.scale(buf, count, dt, head.prescale);
       reduce_in_place(ctx, buf, count, dt, op, post);
@@ -98,17 +114,26 @@ class AllreduceOp : public CollectiveOp {
 
     FusionLayout layout(group, [&](const Response& r) { return fusion_bytes(r); });
     char* fb = ctx.fusion.reserve(layout.total_bytes());
+    std::vector<CopyRegion> in, out;  // one batched copy each way (one kernel on a GPU)
     for (size_t i = 0; i < group.size(); ++i) {
       size_t bytes = layout.bytes(i);
       char* dst = fb + layout.offset(i);
-      if (entries[i]) std::memcpy(dst, entries[i]->input, bytes);
-      else fill_identity(dst, bytes / es, dt, op);
+      if (entries[i]) {
+        in.push_back({dst, entries[i]->input, bytes});
+        out.push_back({entries[i]->output, dst, bytes});
+      } else {
+        ctx.device.fill_identity(dst, bytes / es, dt, op);
+      }
+    }
+    {
+      PhaseScope p(ctx.phases, "MEMCPY_IN_FUSION_BUFFER");
+      ctx.device.copy_many(in, dt, 1.0);
     }
     const size_t total = layout.total_bytes() / es;
     ctx.reducer.scale(fb, total, dt, head.prescale);
     reduce_in_place(ctx, fb, total, dt, op, post);
-    for (size_t i = 0; i < group.size(); ++i)
-      if (entries[i]) std::memcpy(entries[i]->output, fb + layout.offset(i), layout.bytes(i));
+    PhaseScope p(ctx.phases, "MEMCPY_OUT_FUSION_BUFFER");
+    ctx.device.copy_many(out, dt, 1.0);
   }
 };
 

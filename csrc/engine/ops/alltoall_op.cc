@@ -96,7 +96,10 @@ class AlltoallOp : public CollectiveOp {
         ro += recv_bytes[j];
       }
       auto out = OutputPool::get().allocate(ro);
-      alltoallv(t, entries[k]->input, send_off, send_bytes, out.get(), recv_off, recv_bytes);
+      {
+        PhaseScope p(ctx.phases, "ALLTOALL");
+        alltoallv(t, entries[k]->input, send_off, send_bytes, out.get(), recv_off, recv_bytes);
+      }
       int64_t rows = 0;
       for (auto x : received) rows += x;
       set_output(entries[k], std::move(out), with_dim0(resp.shape, rows), resp.dtype, received);

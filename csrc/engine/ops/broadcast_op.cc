@@ -2,6 +2,7 @@
 // buffer as the output (broadcast_); otherwise the engine allocates the output and
 // the root copies its input there. Small broadcasts from the same root (e.g. a
 // model's parameters at start-up) share one transfer through the fusion buffer.
+#include <algorithm>
 #include <cstring>
 
 #include "../../collectives/broadcast.h"
@@ -34,7 +35,8 @@ class BroadcastOp : public CollectiveOp {
 
   size_t fusion_bytes(const Response& r) const override {
     size_t bytes = numel(r.shape) * dtype_size(r.dtype);
-    return bytes <= kFuseUpToBytes ? bytes : 0;
+    // An empty tensor still joins its group (0 would mean "never fuses").
+    return bytes <= kFuseUpToBytes ? std::max<size_t>(bytes, 1) : 0;
   }
 
   std::string fusion_key(const Response& r) const override {
@@ -64,8 +66,10 @@ class BroadcastOp : public CollectiveOp {
 
     if (group.size() == 1) {
       root_copy(0);
+      PhaseScope p(ctx.phases, "BROADCAST");
       broadcast_bytes(t, dst[0], layout.bytes(0), root);
     } else {
+      PhaseScope p(ctx.phases, "BROADCAST_FUSED");
       char* fb = ctx.fusion.reserve(layout.total_bytes());
       if (is_root)
         for (size_t k = 0; k < group.size(); ++k)

@@ -3,8 +3,9 @@
 // one extra row). It is the first phase of the ring allreduce alone, with the blocks
 // shifted so that rank r finishes block r. A lone tensor is read straight from the
 // caller's input (partial sums are built in the persistent fusion buffer, the input
-// is never copied first); small ones share one ring through the fusion buffer, laid
-// out rank-major so that each rank's rows of every tensor form one ring block.
+// is never copied first) and its finished block is reduced straight into the output;
+// small ones share one ring through the fusion buffer, laid out rank-major so that
+// each rank's rows of every tensor form one ring block.
 #include <cstring>
 
 #include "../../collectives/partition.h"
@@ -75,10 +76,12 @@ class ReducescatterOp : public CollectiveOp {
       row_elems[k] = numel(group[k]->shape, 1);
       for (int j = 0; j < n; ++j) rows[k][j] = block_count(group[k]->shape[0], n, j);
     }
-    auto finish = [&](size_t k, const char* reduced) {
+    auto output = [&](size_t k) {
+      return OutputPool::get().allocate(rows[k][me] * row_elems[k] * es);
+    };
+    auto finish = [&](size_t k, std::shared_ptr<void> out, const char* reduced) {
       const size_t count = rows[k][me] * row_elems[k];
-      auto out = OutputPool::get().allocate(count * es);
-      if (count) std::memcpy(out.get(), reduced, count * es);
+      if (reduced && count) std::memcpy(out.get(), reduced, count * es);
       ctx.reducer.scale(out.get(), count, dt, post);
       set_output(entries[k], std::move(out), with_dim0(group[k]->shape, rows[k][me]), dt);
     };
@@ -94,8 +97,17 @@ class ReducescatterOp : public CollectiveOp {
         ctx.reducer.scale(work, total, dt, head.prescale);
         src = work;
       }
-      ring_reduce_scatter(t, ctx.reducer, src, work, blocks, dt, op, 0, ctx.scratch);
-      finish(0, work + blocks.offset[me] * es);
+      auto out = output(0);
+      PhaseScope p(ctx.phases, "RING_REDUCE_SCATTER");
+      if (src == work) {
+        ring_reduce_scatter(t, ctx.reducer, work, work, blocks, dt, op, 0, ctx.scratch,
+                            ctx.segment_bytes);
+        finish(0, std::move(out), work + blocks.offset[me] * es);
+      } else {  // the finished block lands in the output directly
+        ring_reduce_scatter(t, ctx.reducer, src, work, blocks, dt, op, 0, ctx.scratch,
+                            ctx.segment_bytes, out.get());
+        finish(0, std::move(out), nullptr);
+      }
       return;
     }
 
@@ -112,17 +124,24 @@ class ReducescatterOp : public CollectiveOp {
     RingBlocks blocks = RingBlocks::of_sizes(block);
     const size_t total = blocks.offset[n - 1] + blocks.count[n - 1];
     char* fb = ctx.fusion.reserve(total * es);
-    for (size_t k = 0; k < k_count; ++k) {
-      const char* in = static_cast<const char*>(entries[k]->input);
-      for (int j = 0; j < n; ++j) {
-        size_t bytes = rows[k][j] * row_elems[k] * es;
-        size_t from = block_offset(group[k]->shape[0], n, j) * row_elems[k] * es;
-        if (bytes) std::memcpy(fb + (blocks.offset[j] + at[k][j]) * es, in + from, bytes);
+    {
+      PhaseScope p(ctx.phases, "MEMCPY_IN_FUSION_BUFFER");
+      for (size_t k = 0; k < k_count; ++k) {
+        const char* in = static_cast<const char*>(entries[k]->input);
+        for (int j = 0; j < n; ++j) {
+          size_t bytes = rows[k][j] * row_elems[k] * es;
+          size_t from = block_offset(group[k]->shape[0], n, j) * row_elems[k] * es;
+          if (bytes) std::memcpy(fb + (blocks.offset[j] + at[k][j]) * es, in + from, bytes);
+        }
       }
     }
     ctx.reducer.scale(fb, total, dt, head.prescale);
-    ring_reduce_scatter(t, ctx.reducer, fb, fb, blocks, dt, op, 0, ctx.scratch);
-    for (size_t k = 0; k < k_count; ++k) finish(k, fb + (blocks.offset[me] + at[k][me]) * es);
+    {
+      PhaseScope p(ctx.phases, "RING_REDUCE_SCATTER");
+      ring_reduce_scatter(t, ctx.reducer, fb, fb, blocks, dt, op, 0, ctx.scratch, ctx.segment_bytes);
+    }
+    PhaseScope p(ctx.phases, "MEMCPY_OUT_FUSION_BUFFER");
+    for (size_t k = 0; k < k_count; ++k) finish(k, output(k), fb + (blocks.offset[me] + at[k][me]) * es);
   }
 };
 

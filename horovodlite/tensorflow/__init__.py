@@ -1,0 +1,51 @@
+"""TensorFlow 2 frontend: `import horovodlite.tensorflow as hvd` in place of
+`import horovod.tensorflow as hvd`. Nothing here is compiled against TensorFlow: tensors
+reach the core as pointers (see handoff.py), so any TF 2 version with DLPack works."""
+try:
+    import tensorflow as _tf  # noqa: F401
+except ImportError as e:  # pragma: no cover - depends on the environment
+    raise ImportError("horovodlite.tensorflow needs TensorFlow: pip install tensorflow "
+                      "(or tensorflow-cpu)") from e
+
+from ..basics import (Adasum, Average, HorovodInternalError, Max, Min, Product, Sum,  # noqa: F401
+                      ccl_built, cross_rank, cross_size, cuda_built, ddl_built, gloo_built,
+                      gloo_enabled, init, is_homogeneous, is_initialized, local_rank,
+                      local_size, mpi_built, mpi_enabled, mpi_threads_supported, nccl_built,
+                      rank, rocm_built, shutdown, size, start_timeline, stop_timeline)
+from ..process_sets import (ProcessSet, add_process_set, global_process_set,  # noqa: F401
+                            remove_process_set)
+from .compression import Compression  # noqa: F401
+from .gradient_tape import DistributedGradientTape  # noqa: F401
+from .mpi_ops import (allgather, allgather_object, allreduce, alltoall, barrier,  # noqa: F401
+                      broadcast, broadcast_, broadcast_object, broadcast_variables,
+                      grouped_allgather, grouped_allreduce, grouped_reducescatter, join,
+                      local_rank_op, local_size_op, rank_op, reducescatter, size_op)
+
+
+def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense="",
+                         device_sparse="", compression=Compression.none, sparse_as_dense=False,
+                         backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0,
+                         average_aggregated_gradients=False, num_groups=0, groups=None,
+                         process_set=global_process_set, scale_local_gradients=True):
+    """For Keras optimizers (the TF 2 optimizers): see horovodlite.tensorflow.keras."""
+    import keras
+
+    if not isinstance(optimizer, keras.optimizers.Optimizer):
+        raise TypeError("horovodlite.tensorflow.DistributedOptimizer wraps Keras optimizers "
+                        f"(keras.optimizers.*), got {type(optimizer).__name__}; tf.compat.v1 "
+                        "optimizers are not supported, use DistributedGradientTape")
+    from .keras import DistributedOptimizer as _keras_distributed
+
+    return _keras_distributed(optimizer, name=name, compression=compression,
+                              sparse_as_dense=sparse_as_dense,
+                              backward_passes_per_step=backward_passes_per_step, op=op,
+                              gradient_predivide_factor=gradient_predivide_factor,
+                              average_aggregated_gradients=average_aggregated_gradients,
+                              num_groups=num_groups, groups=groups, process_set=process_set)
+
+
+def broadcast_global_variables(root_rank):
+    """TF 1 graph collections do not exist in TF 2."""
+    raise RuntimeError("broadcast_global_variables is a TF 1 API; in TF 2 use "
+                       "hvd.broadcast_variables(model.variables, root_rank) or the Keras "
+                       "BroadcastGlobalVariablesCallback")

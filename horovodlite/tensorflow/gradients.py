@@ -1,0 +1,92 @@
+"""Reducing a list of gradients across ranks: shared by DistributedGradientTape and the
+Keras DistributedOptimizer. Dense gradients go to the core in one hand-off (the core fuses
+them); tf.IndexedSlices are allgathered unless sparse_as_dense."""
+import tensorflow as tf
+
+from .. import ops as _np_ops
+from ..basics import Average, Sum
+from . import handoff, mpi_ops
+
+
+class ReduceSettings:
+    """What DistributedGradientTape / DistributedOptimizer were asked to do."""
+
+    def __init__(self, compression, sparse_as_dense, op, gradient_predivide_factor,
+                 num_groups, groups, process_set):
+        self.compression = compression
+        self.sparse_as_dense = sparse_as_dense
+        self.op = _np_ops.resolve_op(op, None)
+        self.predivide = float(gradient_predivide_factor)
+        if self.predivide != 1.0 and self.op != Average:
+            raise ValueError("horovodlite: gradient_predivide_factor needs op=Average")
+        if groups is None and num_groups:
+            groups = int(num_groups)
+        if isinstance(groups, int) and groups < 0:
+            raise ValueError(f"horovodlite: groups must be a non-negative int, got {groups}")
+        if groups is not None and not isinstance(groups, int):
+            groups = [list(g) for g in groups]
+        self.groups = groups
+        self.process_set = process_set
+
+    def scale(self):
+        """(op, prescale, postscale) the core applies."""
+        if self.predivide == 1.0:
+            return self.op, 1.0, 1.0
+        # Sum of x / f, then times f / size: an average that overflows less in fp16.
+        size = mpi_ops._set_size(self.process_set)
+        return Sum, 1.0 / self.predivide, self.predivide / size
+
+    def group_names(self, dense_positions, variables, base):
+        """Group name ('' = alone) for each dense gradient, by its position in the list."""
+        if not self.groups:
+            return [""] * len(dense_positions)
+        if isinstance(self.groups, int):
+            n = len(dense_positions)
+            k = min(self.groups, n) or 1
+            # Contiguous, near-equal chunks: the first n % k chunks get one more.
+            bounds, start = [], 0
+            for j in range(k):
+                stop = start + n // k + (1 if j < n % k else 0)
+                bounds.extend([f"{base}.group{j}"] * (stop - start))
+                start = stop
+            return bounds
+        which = {}
+        for j, group in enumerate(self.groups):
+            for v in group:
+                which[id(v)] = f"{base}.group{j}"
+        names = []
+        for i in dense_positions:
+            v = variables[i] if variables is not None and i < len(variables) else None
+            names.append(which.get(id(v), "") if v is not None else "")
+        return names
+
+
+def allreduce_gradients(grads, variables, settings, base):
+    """Reduced gradients in the same order; None stays None (not communicated)."""
+    op, pre, post = settings.scale()
+    out = list(grads)
+    dense_pos, dense, ctxs = [], [], []
+    for i, g in enumerate(grads):
+        if g is None:
+            continue
+        if isinstance(g, tf.IndexedSlices):
+            if not settings.sparse_as_dense:
+                out[i] = mpi_ops._allreduce_sparse(g, f"{base}.{i}", op, pre, post,
+                                                   settings.process_set)
+                continue
+            g = tf.convert_to_tensor(g)
+        c, ctx = settings.compression.compress(tf.convert_to_tensor(g))
+        dense_pos.append(i)
+        dense.append(c)
+        ctxs.append(ctx)
+    groups = settings.group_names(dense_pos, variables, base)
+    reduced = mpi_ops._allreduce_dense(dense, [f"{base}.{i}" for i in dense_pos], groups, op,
+                                       pre, post, settings.process_set)
+    for i, r, ctx in zip(dense_pos, reduced, ctxs):
+        out[i] = settings.compression.decompress(r, ctx)
+    return out
+
+
+def base_name(kind):
+    """Stable per call site: the same every step (so the core's response cache hits)."""
+    return kind if tf.executing_eagerly() else handoff.op_name(kind, None)

@@ -1,0 +1,432 @@
+"""Collectives on tf tensors, eager and inside tf.function, each with its gradient.
+
+Every op here is one call of `handoff.run` over a numpy-level function that enqueues its
+collectives on the core and waits for them; semantics (names, ops, validation) come from
+the numpy API in horovodlite.ops, so the frontends cannot drift apart.
+
+Gradients are those of the sum of every rank's loss (the data-parallel objective):
+allreduce -> allreduce with the same op and scale factors; allgather -> Sum-allreduce,
+then this rank's rows; broadcast -> Sum-allreduce on the root, zeros elsewhere;
+reducescatter -> allgather (divided by the set size for Average); alltoall -> alltoall
+back with the received splits."""
+from collections import Counter
+
+import numpy as np
+import tensorflow as tf
+
+import horovodlite as _np_api
+from .. import objects as _np_objects
+from .. import ops as _np_ops
+from ..basics import Average, Sum, _topology
+from ..process_sets import global_process_set
+from . import handoff
+from .compression import Compression
+
+_BITWISE_CARRIERS = {1: tf.uint8, 2: tf.float16, 4: tf.int32, 8: tf.int64}
+
+
+# ----------------------------------------------------------------------------- helpers
+
+def _wait_all(handles):
+    """Waits for every handle (buffers stay alive until then), then raises the first error."""
+    results, error = [], None
+    for h in handles:
+        try:
+            results.append(_np_api.synchronize(h))
+        except Exception as e:  # noqa: BLE001 - re-raised below, after all members
+            error = error or e
+            results.append(None)
+    if error is not None:
+        raise error
+    return results
+
+
+def _submit_all(submit_one, items):
+    handles = []
+    try:
+        for item in items:
+            handles.append(submit_one(*item))
+    except BaseException:
+        # Peers will still run what was enqueued; wait for it so its buffers outlive it.
+        try:
+            _wait_all(handles)
+        except Exception:  # noqa: BLE001 - the enqueue error is the one to report
+            pass
+        raise
+    return _wait_all(handles)
+
+
+def _set_size(process_set):
+    return process_set.size() if process_set is not None else _np_api.size()
+
+
+def _set_rank(process_set):
+    return process_set.rank() if process_set is not None else _np_api.rank()
+
+
+def _is_rank(root_rank, process_set):
+    """root_rank is a global rank (as in the numpy API)."""
+    return _np_api.rank() == int(root_rank)
+
+
+def _dense(t, like):
+    if t is None:
+        return tf.zeros_like(like)
+    return tf.convert_to_tensor(t)
+
+
+def _to_wire(t, what):
+    """Bitwise collectives (allgather, broadcast, alltoall) carry any fixed-width dtype:
+    types the core lacks travel bitcast to a supported type of the same width."""
+    try:
+        handoff.numpy_dtype(t.dtype, what=what)
+        return t, None
+    except TypeError:
+        carrier = _BITWISE_CARRIERS.get(t.dtype.size) if t.dtype.is_numpy_compatible else None
+        if carrier is None or t.dtype in (tf.string, tf.resource, tf.variant):
+            raise
+        return tf.bitcast(t, carrier), t.dtype
+
+
+def _from_wire(t, dtype):
+    return t if dtype is None else tf.bitcast(t, dtype)
+
+
+def _differentiable(forward, backward, *xs):
+    """forward(*xs) -> output(s); backward(xs, ys, *dys) -> gradient(s) for xs.
+    tf.custom_gradient costs tens of microseconds per eager call (it inspects signatures
+    and wraps outputs), so eager calls skip it when no tape can record them."""
+    if tf.executing_eagerly() and not handoff.tape_may_record():
+        return forward(*xs)
+
+    @tf.custom_gradient
+    def op(*xs):
+        ys = forward(*xs)
+        return ys, lambda *dys: backward(xs, ys, *dys)
+
+    return op(*xs)
+
+
+# ----------------------------------------------------------------------------- allreduce
+
+def _np_allreduce(arrays, names, groups, op, prescale, postscale, process_set):
+    group_sizes = Counter(g for g in groups if g)
+
+    def submit(a, name, group):
+        a = np.asarray(a)
+        return _np_ops._allreduce_submit(a, handoff.aligned_empty(a.shape, a.dtype), name, op,
+                                         prescale, postscale, process_set, group=group,
+                                         group_size=group_sizes.get(group, 0))
+
+    return _submit_all(submit, zip(arrays, names, groups))
+
+
+def _allreduce_dense(tensors, names, groups, op, prescale, postscale, process_set):
+    """Differentiable allreduce of dense tensors, all in one hand-off."""
+    tensors = [tf.convert_to_tensor(t) for t in tensors]
+    if not tensors:
+        return []
+    for t, n in zip(tensors, names):
+        handoff.numpy_dtype(t.dtype, reducible=True, what=f"allreduce of '{n}'")
+
+    def forward(*xs):
+        return handoff.run(
+            lambda *a: _np_allreduce(a, names, groups, op, prescale, postscale, process_set),
+            xs, [x.dtype for x in xs], [x.shape for x in xs])
+
+    def backward(xs, ys, *dys):
+        if op not in (Average, Sum):
+            raise NotImplementedError(f"horovodlite: allreduce with op={op} has no gradient "
+                                      "(only Sum and Average are linear)")
+        return _allreduce_dense([_dense(d, x) for d, x in zip(dys, xs)],
+                                [n + ".grad" for n in names],
+                                [g + ".grad" if g else "" for g in groups],
+                                op, prescale, postscale, process_set)
+
+    out = _differentiable(forward, backward, *tensors)
+    return list(out) if isinstance(out, (list, tuple)) else [out]
+
+
+def _allreduce_sparse(slices, name, op, prescale, postscale, process_set):
+    """IndexedSlices are gathered, not summed: every rank gets every rank's rows."""
+    if op not in (Average, Sum):
+        raise NotImplementedError(f"horovodlite: allreduce of tf.IndexedSlices supports Sum and "
+                                  f"Average, got op={op}; pass sparse_as_dense=True")
+    values = allgather(slices.values, name=f"{name}.values", process_set=process_set)
+    indices = allgather(slices.indices, name=f"{name}.indices", process_set=process_set)
+    scale = prescale * postscale / (_set_size(process_set) if op == Average else 1)
+    if scale != 1.0:
+        values = values * tf.cast(scale, values.dtype)
+    return tf.IndexedSlices(values, indices, dense_shape=slices.dense_shape)
+
+
+def allreduce(tensor, average=None, device_dense="", device_sparse="", compression=Compression.none,
+              op=None, prescale_factor=1.0, postscale_factor=1.0, name=None,
+              process_set=global_process_set, ignore_name_scope=False):
+    """Reduces `tensor` over the ranks of the set (op defaults to Average); a new tensor,
+    bitwise identical on every rank. tf.IndexedSlices are allgathered instead."""
+    _topology()
+    op = _np_ops.resolve_op(op, average)
+    name = handoff.op_name("allreduce", name)
+    if isinstance(tensor, tf.IndexedSlices):
+        return _allreduce_sparse(tensor, name, op, prescale_factor, postscale_factor, process_set)
+    t, ctx = compression.compress(tf.convert_to_tensor(tensor))
+    out = _allreduce_dense([t], [name], [""], op, prescale_factor, postscale_factor, process_set)[0]
+    return compression.decompress(out, ctx)
+
+
+def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="",
+                      compression=Compression.none, op=None, prescale_factor=1.0,
+                      postscale_factor=1.0, process_set=global_process_set, name=None):
+    """Reduces a list of tensors as one unit (negotiated together, fused)."""
+    _topology()
+    op = _np_ops.resolve_op(op, average)
+    base = handoff.op_name("grouped_allreduce", name)
+    out = [None] * len(tensors)
+    dense, ctxs = [], []
+    for i, t in enumerate(tensors):
+        if isinstance(t, tf.IndexedSlices):
+            out[i] = _allreduce_sparse(t, f"{base}.{i}", op, prescale_factor, postscale_factor,
+                                       process_set)
+        else:
+            c, ctx = compression.compress(tf.convert_to_tensor(t))
+            dense.append((i, c))
+            ctxs.append(ctx)
+    reduced = _allreduce_dense([c for _, c in dense], [f"{base}.{i}" for i, _ in dense],
+                               [base] * len(dense), op, prescale_factor, postscale_factor,
+                               process_set)
+    for (i, _), r, ctx in zip(dense, reduced, ctxs):
+        out[i] = compression.decompress(r, ctx)
+    return out
+
+
+# ----------------------------------------------------------------------------- allgather
+
+def _np_gather(kind, arrays, names, process_set, **kw):
+    fn = getattr(_np_ops, kind + "_async")
+    return _submit_all(lambda a, n: fn(np.asarray(a), name=n, process_set=process_set, **kw),
+                       zip(arrays, names))
+
+
+def _allgather_nograd(tensors, names, process_set):
+    size = _set_size(process_set)
+    wires = [_to_wire(tf.convert_to_tensor(t), f"allgather of '{n}'") for t, n in zip(tensors, names)]
+    shapes = [tf.TensorShape([None if size > 1 else w.shape[0]]).concatenate(w.shape[1:])
+              if w.shape.rank else w.shape for w, _ in wires]
+    outs = handoff.run(lambda *a: _np_gather("allgather", a, names, process_set),
+                       [w for w, _ in wires], [w.dtype for w, _ in wires], shapes)
+    return [_from_wire(o, d) for o, (_, d) in zip(outs, wires)]
+
+
+def allgather(tensor, name=None, ignore_name_scope=False, process_set=global_process_set):
+    """Concatenates every rank's tensor along dim 0 (dim 0 may differ between ranks)."""
+    _topology()
+    name = handoff.op_name("allgather", name)
+    x = tf.convert_to_tensor(tensor)
+    if x.shape.rank == 0:
+        raise ValueError(f"horovodlite: allgather of '{name}' needs a tensor with at least one "
+                         "dimension, got a scalar")
+    if not x.dtype.is_floating:
+        return _allgather_nograd([x], [name], process_set)[0]
+
+    def backward(xs, y, dy):
+        rows = _allgather_nograd([tf.shape(xs[0], out_type=tf.int64)[:1]], [name + ".grad.rows"],
+                                 process_set)[0]
+        total = _allreduce_dense([_dense(dy, y)], [name + ".grad"], [""], Sum, 1.0, 1.0,
+                                 process_set)[0]
+        start = tf.reduce_sum(rows[:_set_rank(process_set)])
+        return total[start:start + rows[_set_rank(process_set)]]
+
+    return _differentiable(lambda x: _allgather_nograd([x], [name], process_set)[0], backward, x)
+
+
+def grouped_allgather(tensors, name=None, process_set=global_process_set):
+    """Allgathers a list of tensors in one hand-off (no gradient)."""
+    _topology()
+    base = handoff.op_name("grouped_allgather", name)
+    return _allgather_nograd(tensors, [f"{base}.{i}" for i in range(len(tensors))], process_set)
+
+
+# ----------------------------------------------------------------------------- broadcast
+
+def _broadcast_nograd(tensors, names, root_rank, process_set):
+    wires = [_to_wire(tf.convert_to_tensor(t), f"broadcast of '{n}'") for t, n in zip(tensors, names)]
+    outs = handoff.run(
+        lambda *a: _np_gather("broadcast", a, names, process_set, root_rank=root_rank),
+        [w for w, _ in wires], [w.dtype for w, _ in wires], [w.shape for w, _ in wires])
+    return [_from_wire(o, d) for o, (_, d) in zip(outs, wires)]
+
+
+def broadcast(tensor, root_rank, name=None, ignore_name_scope=False, process_set=global_process_set):
+    """The root rank's tensor on every rank of the set."""
+    _topology()
+    name = handoff.op_name("broadcast", name)
+    x = tf.convert_to_tensor(tensor)
+    if not x.dtype.is_floating:
+        return _broadcast_nograd([x], [name], root_rank, process_set)[0]
+
+    def backward(xs, y, dy):
+        total = _allreduce_dense([_dense(dy, y)], [name + ".grad"], [""], Sum, 1.0, 1.0,
+                                 process_set)[0]
+        return total if _is_rank(root_rank, process_set) else tf.zeros_like(total)
+
+    return _differentiable(lambda x: _broadcast_nograd([x], [name], root_rank, process_set)[0],
+                           backward, x)
+
+
+def broadcast_(variables, root_rank, name=None, process_set=global_process_set):
+    """In place: assigns the root's values to `variables` (a list); returns them."""
+    broadcast_variables(variables, root_rank, process_set=process_set, name=name)
+    return variables
+
+
+def broadcast_variables(variables, root_rank, process_set=global_process_set, inplace=False,
+                        name=None):
+    """Assigns the root rank's values to every variable, all in one hand-off. Returns the
+    grouped assign op inside a graph, None when eager."""
+    _topology()
+    variables = list(variables)
+    if not variables:
+        return None if tf.executing_eagerly() else tf.no_op()
+    base = handoff.op_name("broadcast_variables", name)
+    values = _broadcast_nograd([v.read_value() if isinstance(v, tf.Variable) else v
+                                for v in variables],
+                               [f"{base}.{i}" for i in range(len(variables))], root_rank,
+                               process_set)
+    assigns = [v.assign(x) for v, x in zip(variables, values)]
+    return None if tf.executing_eagerly() else tf.group(*assigns)
+
+
+# ----------------------------------------------------------------------------- reducescatter
+
+def _rows_of(dim0, size, rank):
+    return dim0 // size + (1 if rank < dim0 % size else 0)
+
+
+def _reducescatter_nograd(tensors, names, op, prescale, postscale, process_set):
+    size, rank = _set_size(process_set), _set_rank(process_set)
+    shapes = []
+    for t, n in zip(tensors, names):
+        handoff.numpy_dtype(t.dtype, reducible=True, what=f"reducescatter of '{n}'")
+        if t.shape.rank == 0:
+            raise ValueError(f"horovodlite: reducescatter of '{n}' needs a tensor with at least "
+                             "one dimension, got a scalar")
+        d0 = t.shape[0]
+        shapes.append(tf.TensorShape([None if d0 is None else _rows_of(d0, size, rank)])
+                      .concatenate(t.shape[1:]))
+    return handoff.run(
+        lambda *a: _np_gather("reducescatter", a, names, process_set, op=op,
+                              prescale_factor=prescale, postscale_factor=postscale),
+        tensors, [t.dtype for t in tensors], shapes)
+
+
+def reducescatter(tensor, device_dense="", compression=Compression.none, op=Average, name=None,
+                  ignore_name_scope=False, process_set=global_process_set, prescale_factor=1.0,
+                  postscale_factor=1.0):
+    """Reduces, then rank r keeps its dim-0 slice (the first dim0 % size ranks get one
+    extra row)."""
+    _topology()
+    op = _np_ops.resolve_op(op, None)
+    name = handoff.op_name("reducescatter", name)
+    x, ctx = compression.compress(tf.convert_to_tensor(tensor))
+
+    def backward(xs, y, dy):
+        if op not in (Average, Sum):
+            raise NotImplementedError(f"horovodlite: reducescatter with op={op} has no gradient")
+        g = _allgather_nograd([_dense(dy, y)], [name + ".grad"], process_set)[0]
+        scale = prescale_factor * postscale_factor / (_set_size(process_set) if op == Average else 1)
+        return g * tf.cast(scale, g.dtype) if scale != 1.0 else g
+
+    y = _differentiable(lambda x: _reducescatter_nograd([x], [name], op, prescale_factor,
+                                                        postscale_factor, process_set)[0],
+                        backward, x)
+    return compression.decompress(y, ctx)
+
+
+def grouped_reducescatter(tensors, device_dense="", compression=Compression.none, op=Average,
+                          process_set=global_process_set, prescale_factor=1.0,
+                          postscale_factor=1.0, name=None):
+    """Reducescatter of each tensor of a list, in one hand-off (no gradient)."""
+    _topology()
+    op = _np_ops.resolve_op(op, None)
+    base = handoff.op_name("grouped_reducescatter", name)
+    pairs = [compression.compress(tf.convert_to_tensor(t)) for t in tensors]
+    outs = _reducescatter_nograd([p for p, _ in pairs], [f"{base}.{i}" for i in range(len(pairs))],
+                                 op, prescale_factor, postscale_factor, process_set)
+    return [compression.decompress(o, ctx) for o, (_, ctx) in zip(outs, pairs)]
+
+
+# ----------------------------------------------------------------------------- alltoall
+
+def _alltoall_nograd(x, splits, name, process_set):
+    wire, dtype = _to_wire(x, f"alltoall of '{name}'")
+    fn = _np_ops.alltoall_async
+
+    def run_np(a, s=None):
+        h = fn(np.asarray(a), splits=None if s is None else [int(v) for v in s], name=name,
+               process_set=process_set)
+        out, received = _wait_all([h])[0]
+        return [out, np.asarray(received, np.int32)]
+
+    inputs = [wire] if splits is None else [wire, tf.cast(splits, tf.int32)]
+    shape = tf.TensorShape([None]).concatenate(wire.shape[1:]) if wire.shape.rank else wire.shape
+    out, received = handoff.run(run_np, inputs, [wire.dtype, tf.int32],
+                                [shape, tf.TensorShape([_set_size(process_set)])])
+    return _from_wire(out, dtype), received
+
+
+def alltoall(tensor, splits=None, name=None, ignore_name_scope=False, process_set=global_process_set):
+    """Sends dim-0 slices of `tensor` (`splits[r]` rows to rank r, equal by default);
+    returns (received tensor, received_splits)."""
+    _topology()
+    name = handoff.op_name("alltoall", name)
+    x = tf.convert_to_tensor(tensor)
+    if x.shape.rank == 0:
+        raise ValueError(f"horovodlite: alltoall of '{name}' needs a tensor with at least one "
+                         "dimension, got a scalar")
+    if not x.dtype.is_floating:
+        return _alltoall_nograd(x, splits, name, process_set)
+
+    def backward(xs, ys, dy, _received_grad=None):
+        y, received = ys
+        return _alltoall_nograd(_dense(dy, y), received, name + ".grad", process_set)[0]
+
+    return _differentiable(lambda x: _alltoall_nograd(x, splits, name, process_set), backward, x)
+
+
+# ----------------------------------------------------------------------------- the rest
+
+def join(process_set=global_process_set):
+    """This rank has no more data; returns the last rank to join (a scalar tensor)."""
+    return tf.constant(_np_ops.join(), tf.int32)
+
+
+def barrier(process_set=global_process_set):
+    _np_ops.barrier(process_set=process_set)
+
+
+def broadcast_object(obj, root_rank=0, session=None, name=None, process_set=global_process_set):
+    """The root rank's picklable object on every rank."""
+    return _np_objects.broadcast_object(obj, root_rank=root_rank, name=name,
+                                        process_set=process_set)
+
+
+def allgather_object(obj, session=None, name=None, process_set=global_process_set):
+    """A list with every rank's picklable object, by rank."""
+    return _np_objects.allgather_object(obj, name=name, process_set=process_set)
+
+
+def size_op(process_set_id=0, name=None):
+    return tf.constant(_np_api.size(), tf.int32)
+
+
+def local_size_op(name=None):
+    return tf.constant(_np_api.local_size(), tf.int32)
+
+
+def rank_op(name=None):
+    return tf.constant(_np_api.rank(), tf.int32)
+
+
+def local_rank_op(name=None):
+    return tf.constant(_np_api.local_rank(), tf.int32)

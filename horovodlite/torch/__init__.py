@@ -1,0 +1,41 @@
+"""horovodlite for PyTorch: `import horovodlite.torch as hvd` in place of
+`import horovod.torch as hvd`.
+
+Nothing here is compiled against torch: tensors reach the core as pointers, so every
+torch >= 2.1 works with the same installed package."""
+import torch as _torch
+
+from ..basics import (Adasum, Average, HorovodInternalError, Max, Min, Product, Sum,  # noqa: F401
+                      ccl_built, cross_rank, cross_size, cuda_built, ddl_built, gloo_built,
+                      gloo_enabled, init, is_homogeneous, is_initialized, local_rank,
+                      local_size, mpi_built, mpi_enabled, mpi_threads_supported, nccl_built,
+                      rank, rocm_built, shutdown, size, start_timeline, stop_timeline)
+from ..process_sets import (ProcessSet, add_process_set, global_process_set,  # noqa: F401
+                            remove_process_set)
+from .compression import Compression  # noqa: F401
+from .functions import (allgather_object, broadcast_object, broadcast_optimizer_state,  # noqa: F401
+                        broadcast_parameters)
+from .mpi_ops import *  # noqa: F401,F403
+from .mpi_ops import poll, synchronize  # noqa: F401
+from .optimizer import DistributedOptimizer  # noqa: F401
+from .sync_batch_norm import SyncBatchNorm  # noqa: F401
+
+if not hasattr(_torch.Tensor, "register_post_accumulate_grad_hook"):
+    raise ImportError(f"horovodlite.torch needs torch >= 2.1 (found {_torch.__version__})")
+
+
+def join(device=-1):
+    """This rank has no more data: until every rank has joined, the others' collectives
+    go on with this rank contributing nothing. Returns the last rank to join (the same
+    on every rank). `device` is accepted for Horovod compatibility."""
+    import horovodlite
+
+    return horovodlite.join()
+
+
+def barrier(process_set=global_process_set):
+    """Returns once every rank of the set has called barrier()."""
+    import horovodlite
+
+    return horovodlite.barrier(process_set=process_set)
+

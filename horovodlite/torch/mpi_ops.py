@@ -1,0 +1,521 @@
+"""Collectives on torch tensors: sync, async (handle) and in-place forms, with autograd.
+
+Every call hands the core pointers to contiguous tensors and keeps those tensors alive in
+the handle until it completes (horovodlite.handles). Names follow Horovod's: a named op
+`x` is negotiated as `allreduce.x` (`broadcast.x`, ...), an unnamed one by call order.
+
+Gradients (same conventions as Horovod):
+  allreduce      allreduce of the gradient with the same op and scale factors
+                 (Min/Max: the summed gradient goes to the ranks holding the extreme value,
+                 split evenly between ties; Product: summed gradient times y / x)
+  allgather      the Average-allreduced gradient, this rank's slice
+  broadcast      the Average-allreduced gradient on the root, zeros elsewhere
+  alltoall       alltoall of the gradient back along the received splits
+  reducescatter  allgather of the gradient (divided by the set size for Average)
+"""
+import torch
+
+from ..basics import Average, Max, Min, Product, Sum, _topology
+from ..basics import rank as _rank
+from ..handles import auto_name, poll, submit, synchronize
+from ..ops import (ALLGATHER, ALLREDUCE, ALLTOALL, BROADCAST, REDUCESCATTER, _GroupHandle,
+                   _root_in_set, _splits_list, resolve_op)
+from ..process_sets import _set_id, global_process_set
+from ._tensors import check_tensor, code_of, engine_output, placement
+from .compression import Compression
+
+__all__ = [
+    "allreduce", "allreduce_", "allreduce_async", "allreduce_async_",
+    "grouped_allreduce", "grouped_allreduce_", "grouped_allreduce_async",
+    "grouped_allreduce_async_",
+    "allgather", "allgather_async", "grouped_allgather", "grouped_allgather_async",
+    "broadcast", "broadcast_", "broadcast_async", "broadcast_async_",
+    "alltoall", "alltoall_async",
+    "reducescatter", "reducescatter_async", "grouped_reducescatter",
+    "grouped_reducescatter_async",
+    "poll", "synchronize", "HorovodAllreduce", "HorovodGroupedAllreduce", "HorovodAllgather",
+    "HorovodBroadcast", "HorovodAlltoall", "HorovodReducescatter",
+]
+
+
+def _differentiable(tensor, what):
+    """Whether a call on `tensor` should record a gradient (TypeError for non-tensors)."""
+    check_tensor(tensor, what)
+    return tensor.requires_grad and torch.is_grad_enabled()
+
+
+def _op_name(kind, name, process_set):
+    """Unnamed ops count per kind and process set (horovodlite.handles.auto_name)."""
+    return auto_name(kind, None, process_set) if name is None else f"{kind}.{name}"
+
+
+def _sub_name(name, suffix):
+    """Name of a derived op (a gradient): named ops keep a name, unnamed ones count."""
+    return None if name is None else f"{name}.{suffix}"
+
+
+def _prepare(tensor, what, on_device=False):
+    """(contiguous detached source, where it lives: core enqueue arguments). Ops the
+    core runs on host memory only (`on_device` False) get GPU tensors staged through
+    the host; their results go back to the tensor's device."""
+    check_tensor(tensor, what)
+    src = tensor.detach()
+    if src.device.type != "cpu" and not on_device:
+        src = src.cpu()
+    if not src.is_contiguous():
+        src = src.contiguous()
+    return src, placement(src, what)
+
+
+def _in_place_target(tensor, src):
+    """Where an in-place op writes, and how its result reaches `tensor`: contiguous
+    tensors are written directly; others via a contiguous copy written back at the end."""
+    if src.data_ptr() == tensor.data_ptr() and tensor.is_contiguous():
+        return src, lambda h: tensor
+
+    def copy_back(h):
+        with torch.no_grad():
+            tensor.copy_(src)
+        return tensor
+
+    return src, copy_back
+
+
+# ---------------------------------------------------------------------------- allreduce
+
+def _allreduce_submit(tensor, in_place, name, op, prescale, postscale, process_set,
+                      group="", group_size=0):
+    what = f"allreduce '{name}'"
+    src, where = _prepare(tensor, what, on_device=True)
+    code = code_of(src.dtype, reducible=True, what=what)
+    if in_place:
+        dst, finish = _in_place_target(tensor, src)
+    else:
+        dst = torch.empty_like(src)
+        finish = lambda h: dst  # noqa: E731
+    return submit((tensor, src, dst), finish, op=ALLREDUCE, name=name, input=src.data_ptr(),
+                  output=dst.data_ptr(), dtype=code, shape=list(src.shape), reduce_op=op,
+                  prescale=float(prescale), postscale=float(postscale), **where,
+                  process_set=_set_id(process_set), group=group, group_size=group_size)
+
+
+def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+                    postscale_factor=1.0, process_set=global_process_set):
+    """Starts reducing `tensor` over the set; synchronize(handle) returns a new tensor."""
+    _topology()
+    op = resolve_op(op, average)
+    return _allreduce_submit(tensor, False, _op_name("allreduce", name, process_set), op, prescale_factor,
+                             postscale_factor, process_set)
+
+
+def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+                     postscale_factor=1.0, process_set=global_process_set):
+    """In-place form: synchronize(handle) returns `tensor`, now holding the result."""
+    _topology()
+    op = resolve_op(op, average)
+    return _allreduce_submit(tensor, True, _op_name("allreduce", name, process_set), op, prescale_factor,
+                             postscale_factor, process_set)
+
+
+def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+               postscale_factor=1.0, process_set=global_process_set):
+    return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor,
+                                        postscale_factor, process_set))
+
+
+def _extreme_grad(grad, x, y, name, process_set):
+    """Gradient of an elementwise Min/Max over ranks: the summed gradient goes to the
+    ranks whose value is the result, split evenly between ties."""
+    mask = (x == y).to(grad.dtype)
+    total = allreduce(grad, name=_sub_name(name, "grad"), op=Sum, process_set=process_set)
+    ties = allreduce(mask, name=_sub_name(name, "ties"), op=Sum, process_set=process_set)
+    return total * mask / ties
+
+
+class HorovodAllreduce(torch.autograd.Function):
+    """allreduce with a gradient (see the module docstring)."""
+
+    @staticmethod
+    def forward(ctx, tensor, name, op, prescale_factor, postscale_factor, process_set):
+        ctx.args = (name, op, prescale_factor, postscale_factor, process_set)
+        out = synchronize(allreduce_async(tensor, None, name, op, prescale_factor,
+                                          postscale_factor, process_set))
+        if op in (Min, Max, Product):
+            ctx.save_for_backward(tensor, out)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        name, op, pre, post, ps = ctx.args
+        if op in (Sum, Average):
+            g = allreduce(grad, name=_sub_name(name, "grad"), op=op, prescale_factor=pre,
+                          postscale_factor=post, process_set=ps)
+        elif pre != 1.0 or post != 1.0:
+            raise NotImplementedError("horovodlite: the gradient of a Min/Max/Product allreduce "
+                                      "with scale factors is not implemented")
+        else:
+            x, y = ctx.saved_tensors
+            if op == Product:
+                g = allreduce(grad, name=_sub_name(name, "grad"), op=Sum, process_set=ps) * y / x
+            else:
+                g = _extreme_grad(grad, x, y, name, ps)
+        return g, None, None, None, None, None
+
+
+def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None,
+              prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
+    """Reduces `tensor` over all ranks of the set (op defaults to Average) into a new
+    tensor, bitwise identical on every rank. Differentiable."""
+    _topology()
+    op = resolve_op(op, average)
+    check_tensor(tensor, "allreduce")
+    compressed, cctx = compression.compress(tensor)
+    if _differentiable(compressed, "allreduce"):
+        out = HorovodAllreduce.apply(compressed, name, op, prescale_factor, postscale_factor,
+                                     process_set)
+    else:
+        out = synchronize(allreduce_async(compressed, None, name, op, prescale_factor,
+                                          postscale_factor, process_set))
+    return compression.decompress(out, cctx)
+
+
+def _grouped_allreduce_async(tensors, in_place, average, name, op, prescale_factor,
+                             postscale_factor, process_set):
+    _topology()
+    op = resolve_op(op, average)
+    tensors = list(tensors)
+    base = _op_name("grouped_allreduce", name, process_set)
+    return _GroupHandle([
+        _allreduce_submit(t, in_place, f"{base}.{i}", op, prescale_factor, postscale_factor,
+                          process_set, group=base, group_size=len(tensors))
+        for i, t in enumerate(tensors)])
+
+
+def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                            postscale_factor=1.0, process_set=global_process_set):
+    return _grouped_allreduce_async(tensors, False, average, name, op, prescale_factor,
+                                    postscale_factor, process_set)
+
+
+def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                             postscale_factor=1.0, process_set=global_process_set):
+    return _grouped_allreduce_async(tensors, True, average, name, op, prescale_factor,
+                                    postscale_factor, process_set)
+
+
+def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                       postscale_factor=1.0, process_set=global_process_set):
+    return synchronize(grouped_allreduce_async_(tensors, average, name, op, prescale_factor,
+                                                postscale_factor, process_set))
+
+
+class HorovodGroupedAllreduce(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, name, op, prescale_factor, postscale_factor, process_set, *tensors):
+        ctx.args = (name, op, prescale_factor, postscale_factor, process_set)
+        return tuple(synchronize(grouped_allreduce_async(
+            tensors, None, name, op, prescale_factor, postscale_factor, process_set)))
+
+    @staticmethod
+    def backward(ctx, *grads):
+        name, op, pre, post, ps = ctx.args
+        if op not in (Sum, Average):
+            raise NotImplementedError("horovodlite: grouped_allreduce has a gradient for "
+                                      "Sum and Average only")
+        out = grouped_allreduce(list(grads), name=_sub_name(name, "grad"), op=op,
+                                prescale_factor=pre, postscale_factor=post, process_set=ps)
+        return (None, None, None, None, None, *out)
+
+
+def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None,
+                      prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
+    """Reduces a list of tensors as one unit (negotiated together, fused). Differentiable."""
+    _topology()
+    op = resolve_op(op, average)
+    pairs = [compression.compress(check_tensor(t, "grouped_allreduce")) for t in tensors]
+    compressed = [c for c, _ in pairs]
+    if torch.is_grad_enabled() and any(t.requires_grad for t in compressed):
+        outs = HorovodGroupedAllreduce.apply(name, op, prescale_factor, postscale_factor,
+                                             process_set, *compressed)
+    else:
+        outs = synchronize(grouped_allreduce_async(compressed, None, name, op, prescale_factor,
+                                                   postscale_factor, process_set))
+    return [compression.decompress(o, c) for o, (_, c) in zip(outs, pairs)]
+
+
+# ---------------------------------------------------------------------------- allgather
+
+def _allgather_submit(tensor, name, process_set, group="", group_size=0):
+    what = f"allgather '{name}'"
+    src, where = _prepare(tensor, what)
+    code = code_of(src.dtype, what=what)
+    if src.dim() == 0:  # a scalar gathers as one row
+        src = src.reshape(1)
+    dtype, dev = src.dtype, tensor.device
+    return submit((tensor, src), lambda h: engine_output(h, dtype, dev), op=ALLGATHER,
+                  name=name, input=src.data_ptr(), output=0, dtype=code, shape=list(src.shape),
+                  **where, process_set=_set_id(process_set), group=group,
+                  group_size=group_size)
+
+
+def allgather_async(tensor, name=None, process_set=global_process_set):
+    """Starts concatenating `tensor` from every rank along dim 0 (dim 0 may differ)."""
+    _topology()
+    return _allgather_submit(tensor, _op_name("allgather", name, process_set), process_set)
+
+
+def _my_slice(grad, dim0, name, process_set):
+    """This rank's rows of a gathered gradient: the offsets come from an allgather of
+    every rank's first dimension."""
+    dims = synchronize(allgather_async(torch.tensor([dim0], dtype=torch.int64),
+                                       name=_sub_name(name, "dims"), process_set=process_set))
+    r = process_set.rank()
+    offset = int(dims[:r].sum())
+    return grad.narrow(0, offset, dim0)
+
+
+class HorovodAllgather(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, name, process_set):
+        ctx.shape, ctx.args = tensor.shape, (name, process_set)
+        return synchronize(allgather_async(tensor, name, process_set))
+
+    @staticmethod
+    def backward(ctx, grad):
+        name, ps = ctx.args
+        reduced = allreduce(grad, name=_sub_name(name, "grad"), op=Average, process_set=ps)
+        dim0 = ctx.shape[0] if len(ctx.shape) else 1
+        return _my_slice(reduced, dim0, name, ps).reshape(ctx.shape), None, None
+
+
+def allgather(tensor, name=None, process_set=global_process_set):
+    """Concatenation of `tensor` from every rank along dim 0. Differentiable."""
+    _topology()
+    if _differentiable(tensor, "allgather"):
+        return HorovodAllgather.apply(tensor, name, process_set)
+    return synchronize(allgather_async(tensor, name, process_set))
+
+
+def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
+    _topology()
+    tensors = list(tensors)
+    base = _op_name("grouped_allgather", name, process_set)
+    return _GroupHandle([_allgather_submit(t, f"{base}.{i}", process_set, group=base,
+                                           group_size=len(tensors))
+                         for i, t in enumerate(tensors)])
+
+
+class HorovodGroupedAllgather(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, name, process_set, *tensors):
+        ctx.shapes, ctx.args = [t.shape for t in tensors], (name, process_set)
+        return tuple(synchronize(grouped_allgather_async(tensors, name, process_set)))
+
+    @staticmethod
+    def backward(ctx, *grads):
+        name, ps = ctx.args
+        reduced = grouped_allreduce(list(grads), name=_sub_name(name, "grad"), op=Average,
+                                    process_set=ps)
+        return (None, None, *[_my_slice(g, shape[0] if len(shape) else 1,
+                                        _sub_name(name, f"{i}"), ps).reshape(shape)
+                              for i, (g, shape) in enumerate(zip(reduced, ctx.shapes))])
+
+
+def grouped_allgather(tensors, name=None, process_set=global_process_set):
+    _topology()
+    tensors = [check_tensor(t, "grouped_allgather") for t in tensors]
+    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        return list(HorovodGroupedAllgather.apply(name, process_set, *tensors))
+    return synchronize(grouped_allgather_async(tensors, name, process_set))
+
+
+# ---------------------------------------------------------------------------- broadcast
+
+def _broadcast_submit(tensor, in_place, root_rank, name, process_set):
+    what = f"broadcast '{name}'"
+    src, where = _prepare(tensor, what)
+    code = code_of(src.dtype, what=what)
+    root, err = _root_in_set(root_rank, process_set)
+    if in_place:
+        dst, finish = _in_place_target(tensor, src)
+    else:
+        dst = torch.empty_like(src)
+        finish = lambda h: dst.to(tensor.device)  # noqa: E731
+    return submit((tensor, src, dst), finish, op=BROADCAST, name=name, input=src.data_ptr(),
+                  output=dst.data_ptr(), dtype=code, shape=list(src.shape), root=root,
+                  **where, process_set=_set_id(process_set), error=err)
+
+
+def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
+    _topology()
+    return _broadcast_submit(tensor, False, root_rank, _op_name("broadcast", name, process_set), process_set)
+
+
+def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
+    _topology()
+    return _broadcast_submit(tensor, True, root_rank, _op_name("broadcast", name, process_set), process_set)
+
+
+def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
+    """Overwrites `tensor` with the root's value; returns it."""
+    return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
+
+
+class HorovodBroadcast(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, root_rank, name, process_set):
+        ctx.args = (root_rank, name, process_set)
+        return synchronize(broadcast_async(tensor, root_rank, name, process_set))
+
+    @staticmethod
+    def backward(ctx, grad):
+        root, name, ps = ctx.args
+        g = allreduce(grad, name=_sub_name(name, "grad"), op=Average, process_set=ps)
+        if _rank() != root:  # root_rank is a global rank, as in Horovod
+            g = torch.zeros_like(g)
+        return g, None, None, None
+
+
+def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
+    """The root's `tensor` on every rank, as a new tensor. Differentiable."""
+    _topology()
+    if _differentiable(tensor, "broadcast"):
+        return HorovodBroadcast.apply(tensor, root_rank, name, process_set)
+    return synchronize(broadcast_async(tensor, root_rank, name, process_set))
+
+
+# ---------------------------------------------------------------------------- alltoall
+
+def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
+    """Starts an alltoall; synchronize(handle) returns (output, received_splits)."""
+    _topology()
+    name = _op_name("alltoall", name, process_set)
+    what = f"alltoall '{name}'"
+    src, where = _prepare(tensor, what)
+    code = code_of(src.dtype, what=what)
+    dtype, dev = src.dtype, tensor.device
+    if isinstance(splits, torch.Tensor):
+        splits = splits.detach().cpu().numpy()
+    split_list, err = _splits_list(splits, process_set)
+
+    def finish(h):
+        from .._loader import _core
+
+        received = torch.tensor(list(_core.aux(h)), dtype=torch.int32)
+        return engine_output(h, dtype, dev), received
+
+    return submit((tensor, src), finish, op=ALLTOALL, name=name, input=src.data_ptr(),
+                  output=0, dtype=code, shape=list(src.shape), splits=split_list, error=err,
+                  **where, process_set=_set_id(process_set))
+
+
+class HorovodAlltoall(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, splits, name, process_set):
+        out, received = synchronize(alltoall_async(tensor, splits, name, process_set))
+        ctx.args = (received, name, process_set)
+        ctx.mark_non_differentiable(received)
+        return out, received
+
+    @staticmethod
+    def backward(ctx, grad, _received_grad):
+        received, name, ps = ctx.args
+        g, _ = synchronize(alltoall_async(grad.contiguous(), received, _sub_name(name, "grad"),
+                                          ps))
+        return g, None, None, None
+
+
+def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
+    """Sends dim-0 slices of `tensor` (sizes `splits`, default equal) to each rank and
+    concatenates what arrives. Like Horovod: returns the output alone when `splits` is
+    None, else (output, received_splits). Differentiable."""
+    _topology()
+    if _differentiable(tensor, "alltoall"):
+        out, received = HorovodAlltoall.apply(tensor, splits, name, process_set)
+    else:
+        out, received = synchronize(alltoall_async(tensor, splits, name, process_set))
+    return out if splits is None else (out, received)
+
+
+# ---------------------------------------------------------------------------- reducescatter
+
+def _reducescatter_submit(tensor, name, op, prescale, postscale, process_set, group="",
+                          group_size=0):
+    what = f"reducescatter '{name}'"
+    src, where = _prepare(tensor, what)
+    code = code_of(src.dtype, reducible=True, what=what)
+    dtype, dev = src.dtype, tensor.device
+    return submit((tensor, src), lambda h: engine_output(h, dtype, dev), op=REDUCESCATTER,
+                  name=name, input=src.data_ptr(), output=0, dtype=code, shape=list(src.shape),
+                  reduce_op=op, prescale=float(prescale), postscale=float(postscale),
+                  **where, process_set=_set_id(process_set), group=group,
+                  group_size=group_size)
+
+
+def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set,
+                        prescale_factor=1.0, postscale_factor=1.0):
+    _topology()
+    op = resolve_op(op, None)
+    return _reducescatter_submit(tensor, _op_name("reducescatter", name, process_set), op, prescale_factor,
+                                 postscale_factor, process_set)
+
+
+class HorovodReducescatter(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, name, op, process_set, prescale_factor, postscale_factor):
+        ctx.args = (name, op, process_set, prescale_factor * postscale_factor)
+        return synchronize(reducescatter_async(tensor, name, op, process_set, prescale_factor,
+                                               postscale_factor))
+
+    @staticmethod
+    def backward(ctx, grad):
+        name, op, ps, scale = ctx.args
+        if op not in (Sum, Average):
+            raise NotImplementedError("horovodlite: reducescatter has a gradient for Sum and "
+                                      "Average only")
+        g = synchronize(allgather_async(grad.contiguous(), _sub_name(name, "grad"), ps))
+        if op == Average:
+            scale = scale / ps.size()
+        return (g * scale if scale != 1.0 else g), None, None, None, None, None
+
+
+def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
+                  process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0):
+    """Reduces `tensor` over the set; rank r keeps its dim-0 slice (the first
+    dim0 % size ranks get one extra row). Differentiable."""
+    _topology()
+    op = resolve_op(op, None)
+    check_tensor(tensor, "reducescatter")
+    compressed, cctx = compression.compress(tensor)
+    if _differentiable(compressed, "reducescatter"):
+        out = HorovodReducescatter.apply(compressed, name, op, process_set, prescale_factor,
+                                         postscale_factor)
+    else:
+        out = synchronize(reducescatter_async(compressed, name, op, process_set,
+                                              prescale_factor, postscale_factor))
+    return compression.decompress(out, cctx)
+
+
+def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=global_process_set,
+                                prescale_factor=1.0, postscale_factor=1.0):
+    _topology()
+    op = resolve_op(op, None)
+    tensors = list(tensors)
+    base = _op_name("grouped_reducescatter", name, process_set)
+    return _GroupHandle([
+        _reducescatter_submit(t, f"{base}.{i}", op, prescale_factor, postscale_factor,
+                              process_set, group=base, group_size=len(tensors))
+        for i, t in enumerate(tensors)])
+
+
+def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=Average,
+                          process_set=global_process_set, prescale_factor=1.0,
+                          postscale_factor=1.0):
+    tensors = [check_tensor(t, "grouped_reducescatter") for t in tensors]
+    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        return [reducescatter(t, _sub_name(name, str(i)), compression, op, process_set,
+                              prescale_factor, postscale_factor) for i, t in enumerate(tensors)]
+    pairs = [compression.compress(t) for t in tensors]
+    outs = synchronize(grouped_reducescatter_async([c for c, _ in pairs], name, op, process_set,
+                                                   prescale_factor, postscale_factor))
+    return [compression.decompress(o, c) for o, (_, c) in zip(outs, pairs)]

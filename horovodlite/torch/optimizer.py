@@ -1,0 +1,339 @@
+"""DistributedOptimizer: the user's optimizer, with gradients averaged over the ranks.
+
+A hook on each parameter (register_post_accumulate_grad_hook) starts that gradient's
+allreduce the moment autograd has finished accumulating it, so communication overlaps
+the rest of backward; step() waits for all of them, then runs the user's step."""
+import contextlib
+import warnings
+import weakref
+
+import torch
+
+from ..basics import Adasum, Average, Sum, _topology
+from ..handles import synchronize as _wait
+from ..ops import resolve_op
+from ..process_sets import global_process_set
+from .compression import Compression
+from .mpi_ops import _allreduce_submit, _op_name, allgather_async, allreduce
+
+_MISUSE_ZERO_GRAD = (
+    "horovodlite: optimizer.zero_grad() was called after loss.backward() but before "
+    "optimizer.step() or optimizer.synchronize(); allreduces of these gradients are still "
+    "in flight ({names}). Call zero_grad() before backward() or after step().")
+
+
+class _DistributedOptimizer:
+    """Mixed in front of the user's optimizer class; see DistributedOptimizer."""
+
+    # ------------------------------------------------------------------ set-up
+    def _hvdl_setup(self, named_parameters, compression, backward_passes_per_step, op,
+                    gradient_predivide_factor, groups, sparse_as_dense, process_set):
+        self._compression = compression
+        self.op = op
+        self.gradient_predivide_factor = float(gradient_predivide_factor)
+        self.sparse_as_dense = sparse_as_dense
+        self.process_set = process_set
+        self._names = _parameter_names(self.param_groups, named_parameters)
+        params = [p for g in self.param_groups for p in g["params"]]
+        self._requires_update = [p for p in params if p.requires_grad]
+        self._group_of, self._groups = _split_groups(groups, self._requires_update)
+        self._handles = {}      # param -> (handle or None, compression ctx, grad tensor)
+        self._group_ready = {}  # group index -> params whose gradient is final
+        self._sparse_seen = set()  # params whose gradient has been sparse
+        self._should_synchronize = True
+        self._synchronized = False
+        self.set_backward_passes_per_step(backward_passes_per_step)
+        ref = weakref.ref(self)
+
+        def hook(p):
+            opt = ref()
+            if opt is not None:
+                opt._grad_ready(p)
+
+        self._hook_handles = [p.register_post_accumulate_grad_hook(hook)
+                              for p in self._requires_update]
+
+    def __del__(self):
+        for h in getattr(self, "_hook_handles", ()):
+            h.remove()
+
+    # ------------------------------------------------------------------ public API
+    def set_backward_passes_per_step(self, passes):
+        """Gradients are accumulated locally over `passes` backward passes, then reduced."""
+        passes = int(passes)
+        if passes < 1:
+            raise ValueError(f"horovodlite: backward_passes_per_step must be >= 1, got {passes}")
+        self.backward_passes_per_step = passes
+        self._delay = {p: passes for p in self._requires_update}
+
+    def synchronize(self):
+        """Waits for every gradient's allreduce (starting those not started yet: parameters
+        that got no gradient this step take part with zeros) and writes the results into
+        the .grad tensors."""
+        for p in self._requires_update:
+            entry = self._handles.get(p)
+            if entry is None or (entry[0] is None and not self._waiting_in_group(p)):
+                self._start(p)
+        error = None
+        for p, (handle, ctx, grad) in list(self._handles.items()):
+            try:
+                if isinstance(handle, _SparseHandle):
+                    p.grad = handle.wait()
+                    continue
+                out = _wait(handle)
+                if out is not grad:
+                    with torch.no_grad():
+                        grad.copy_(self._compression.decompress(out, ctx))
+                if p.grad is not grad:
+                    p.grad = grad
+            except Exception as e:  # noqa: BLE001 - every handle is waited for, then raised
+                error = error or e
+        self._handles.clear()
+        self._group_ready.clear()
+        self._delay = {p: self.backward_passes_per_step for p in self._requires_update}
+        self._synchronized = True
+        if error is not None:
+            raise error
+
+    @contextlib.contextmanager
+    def skip_synchronize(self):
+        """step() inside this block does not synchronize: use after calling synchronize()
+        yourself (e.g. to clip the reduced gradients)."""
+        self._should_synchronize = False
+        try:
+            yield
+        finally:
+            self._should_synchronize = True
+
+    def step(self, closure=None):
+        if closure is not None:
+            closure = self._synchronized_closure(closure)
+        if self._should_synchronize:
+            if self._synchronized and not self._handles:
+                warnings.warn("optimizer.step() was called after optimizer.synchronize() "
+                              "without optimizer.skip_synchronize(); the gradients are "
+                              "already reduced, so step() uses them as they are")
+            elif closure is None or self._handles:
+                self.synchronize()
+        try:
+            return super().step() if closure is None else super().step(closure)
+        finally:
+            self._synchronized = False
+
+    def zero_grad(self, *args, **kwargs):
+        pending = [self._names[p] for p, e in self._handles.items() if e[0] is not None]
+        if self._handles:
+            raise AssertionError(_MISUSE_ZERO_GRAD.format(
+                names=", ".join(pending[:5]) + (" ..." if len(pending) > 5 else "")
+                if pending else "local accumulation in progress"))
+        return super().zero_grad(*args, **kwargs)
+
+    # ------------------------------------------------------------------ internals
+    def _grad_ready(self, p):
+        if self._delay[p] <= 0:
+            raise AssertionError(
+                f"horovodlite: gradient of '{self._names[p]}' was computed more than "
+                f"backward_passes_per_step={self.backward_passes_per_step} times before "
+                "step(); increase backward_passes_per_step to accumulate gradients locally")
+        self._delay[p] -= 1
+        if self._delay[p] > 0:
+            self._handles[p] = (None, None, None)  # accumulating locally
+        else:
+            self._start(p)
+
+    def _waiting_in_group(self, p):
+        g = self._group_of.get(p)
+        return g is not None and p in self._group_ready.get(g, ())
+
+    def _start(self, p):
+        """p's gradient is final: reduce it now, or once its whole group is final."""
+        self._delay[p] = 0
+        g = self._group_of.get(p)
+        if g is None:
+            self._handles[p] = self._submit(p)
+            return
+        ready = self._group_ready.setdefault(g, set())
+        ready.add(p)
+        self._handles[p] = (None, None, None)
+        if len(ready) == len(self._groups[g]):
+            members = self._groups[g]
+            base = f"allreduce.group.{g}"
+            for i, q in enumerate(members):
+                self._handles[q] = self._submit(q, f"{base}.{i}", base, len(members))
+
+    def _final_grad(self, p, dense):
+        if p.grad is None:
+            # A parameter with sparse gradients on earlier steps takes part sparsely, as
+            # it does on the ranks that have a gradient (a rank that never saw one cannot
+            # know: give sparse parameters a gradient on every rank on the first step).
+            p.grad = (torch.sparse_coo_tensor(torch.zeros(p.dim(), 0, dtype=torch.int64),
+                                              torch.zeros(0, *p.shape[1:], dtype=p.dtype),
+                                              p.shape, check_invariants=False)
+                      if p in self._sparse_seen and not dense else torch.zeros_like(p))
+        elif p.grad.is_sparse:
+            if dense:
+                p.grad = p.grad.to_dense()
+        elif not p.grad.is_contiguous():
+            p.grad = p.grad.contiguous()
+        return p.grad
+
+    def _submit(self, p, name=None, group="", group_size=0):
+        grad = self._final_grad(p, dense=self.sparse_as_dense or bool(group))
+        if grad.is_sparse:
+            self._sparse_seen.add(p)
+            return _SparseHandle(grad, _op_name("allreduce", self._names[p], self.process_set), self.op,
+                                 self.process_set), None, grad
+        compressed, ctx = self._compression.compress(grad)
+        if self.op == Average:
+            # the core divides by the set size; predivide splits that around the sum
+            pre, post = 1.0 / self.gradient_predivide_factor, self.gradient_predivide_factor
+        else:
+            pre = post = 1.0
+        name = name or _op_name("allreduce", self._names[p], self.process_set)
+        h = _allreduce_submit(compressed, True, name, self.op, pre, post, self.process_set,
+                              group=group, group_size=group_size)
+        return h, ctx, grad
+
+    def _synchronized_closure(self, closure):
+        """Closures (LBFGS & co.) re-evaluate the loss: reduce their gradients right away
+        and average the loss, so every rank takes the same decisions."""
+        def wrapped():
+            loss = closure()
+            self.synchronize()
+            if isinstance(loss, torch.Tensor):
+                loss = allreduce(loss.detach(), op=Average, process_set=self.process_set)
+            return loss
+
+        return wrapped
+
+
+class _SparseHandle:
+    """A sparse gradient's reduction: every rank's indices and values are allgathered
+    (in rank order, so the result is the same everywhere) and form one uncoalesced
+    sparse tensor; Average divides the values by the set size."""
+
+    def __init__(self, grad, name, op, process_set):
+        if op not in (Average, Sum):
+            raise ValueError(f"horovodlite: sparse gradient '{name}' can only be averaged or "
+                             "summed; pass sparse_as_dense=True for other ops")
+        grad = grad.coalesce()
+        self.shape, self.op, self.size = grad.shape, op, process_set.size()
+        self.indices = allgather_async(grad.indices().t().contiguous(), f"{name}.indices",
+                                       process_set)
+        self.values = allgather_async(grad.values(), f"{name}.values", process_set)
+
+    def wait(self):
+        values = _wait(self.values)
+        indices = _wait(self.indices).t()
+        if self.op == Average:
+            values = values / self.size
+        return torch.sparse_coo_tensor(indices, values, self.shape, check_invariants=False)
+
+
+def _parameter_names(param_groups, named_parameters):
+    params = [p for g in param_groups for p in g["params"]]
+    if named_parameters is None:
+        return {p: f"noname.{i}.{j}" for i, g in enumerate(param_groups)
+                for j, p in enumerate(g["params"])}
+    named = list(named_parameters)
+    if any(not isinstance(x, tuple) or len(x) != 2 for x in named):
+        raise ValueError("horovodlite: named_parameters must be (name, parameter) pairs, as "
+                         "model.named_parameters() gives")
+    seen, dups = set(), []
+    for name, _ in named:
+        if name in seen:
+            dups.append(name)
+        seen.add(name)
+    if dups:
+        raise ValueError("horovodlite: parameter names in named_parameters must be unique; "
+                         f"duplicates: {', '.join(sorted(set(dups)))}")
+    by_id = {id(p): name for name, p in named}
+    missing = [p for p in params if id(p) not in by_id]
+    if missing:
+        shapes = ", ".join(str(tuple(p.shape)) for p in missing[:5])
+        raise ValueError(f"horovodlite: named_parameters was given but {len(missing)} of the "
+                         f"optimizer's parameters are not in it (shapes {shapes}); pass "
+                         "model.named_parameters() of the whole model")
+    return {p: by_id[id(p)] for p in params}
+
+
+def _split_groups(groups, params):
+    """groups: None, a number of groups (parameters split in order into that many), or
+    lists of parameters; returns ({param: group index}, [[params of group]])."""
+    if groups is None:
+        return {}, []
+    if isinstance(groups, int):
+        if groups <= 0:
+            raise ValueError(f"horovodlite: groups must be a positive number, got {groups}")
+        n = min(groups, len(params)) or 1
+        q, r = divmod(len(params), n)
+        lists, start = [], 0
+        for i in range(n):
+            end = start + q + (1 if i < r else 0)
+            lists.append(params[start:end])
+            start = end
+    else:
+        lists = [list(g) for g in groups]
+        known = {id(p) for p in params}
+        for g in lists:
+            for p in g:
+                if id(p) not in known:
+                    raise ValueError("horovodlite: groups contains a tensor that is not a "
+                                     "trainable parameter of this optimizer "
+                                     f"(shape {tuple(p.shape)})")
+    group_of, out = {}, []
+    for g in lists:
+        g = [p for p in g if p not in group_of]
+        if not g:
+            continue
+        for p in g:
+            group_of[p] = len(out)
+        out.append(g)
+    return group_of, out
+
+
+_classes = {}
+
+
+def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
+                         backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0,
+                         num_groups=0, groups=None, sparse_as_dense=False,
+                         process_set=global_process_set):
+    """Wraps a torch optimizer so that each gradient is averaged (or reduced with `op`)
+    over the ranks before step(). Returns an instance of the optimizer's own class that
+    shares its param_groups and state.
+
+    named_parameters: model.named_parameters(), names the allreduces (recommended).
+    compression: Compression.none / fp16 / bf16 for the wire.
+    backward_passes_per_step: accumulate this many backward passes locally first.
+    op: Average (default), Sum, Min, Max, Product.
+    gradient_predivide_factor: with Average, divide by this before the sum and by
+        size/factor after.
+    groups: a number of groups, or lists of parameters, each reduced as one unit.
+    sparse_as_dense: reduce sparse gradients as dense tensors."""
+    _topology()  # like Horovod, which asks size() here: init() must come first
+    if num_groups:
+        warnings.warn("num_groups is deprecated; use groups=", DeprecationWarning)
+        groups = groups or num_groups
+    if isinstance(optimizer, _DistributedOptimizer):
+        raise ValueError("horovodlite: this optimizer is already a DistributedOptimizer")
+    op = resolve_op(op, None)
+    if op == Adasum:
+        raise NotImplementedError("horovodlite: Adasum is not implemented")
+    if gradient_predivide_factor != 1.0 and op != Average:
+        raise ValueError("horovodlite: gradient_predivide_factor needs op=Average")
+    base = type(optimizer)
+    cls = _classes.get(base)
+    if cls is None:
+        cls = type(base.__name__, (_DistributedOptimizer, base),
+                   {"__module__": base.__module__, "__qualname__": base.__qualname__})
+        _classes[base] = cls
+    dist = cls.__new__(cls)
+    state = dict(optimizer.__dict__)
+    # An LR scheduler made before wrapping patches `step` on the instance; that wrapper
+    # is bound to the old object and would skip synchronization.
+    state.pop("step", None)
+    dist.__dict__.update(state)
+    dist._hvdl_setup(named_parameters, compression, backward_passes_per_step, op,
+                     gradient_predivide_factor, groups, sparse_as_dense, process_set)
+    return dist

@@ -1,0 +1,291 @@
+// The staging and stream-synced transports (csrc/transport/device_transport.cc) without
+// a GPU: the few CUDA runtime calls they make are replaced by a fake in which a stream
+// is a queue of deferred work that runs only when something waits for it. A copy or a
+// reduction that the transports forget to order therefore really runs late (and the
+// data is wrong), as it could on a GPU. Ranks are threads over a strict in-process
+// transport (a receive must match a send of exactly its size). The ring allreduce over
+// each adapter, with a reducer queued on the same fake stream, must equal the ring over
+// the plain transport bit for bit, at N = 1..5, many sizes and tiny segments.
+//
+//   g++ -O1 -std=c++17 -pthread -DHOROVODLITE_HAVE_CUDA -I csrc
+//       tests/cpp/test_device_transport.cc csrc/transport/device_transport.cc
+//       csrc/collectives/*.cc csrc/reduce/*.cc -o /tmp/t && /tmp/t
+#include <algorithm>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "../../cuda/gpu_kernels.h"
+#include "collectives/ring_allreduce.h"
+#include "reduce/reduce.h"
+#include "transport/device_transport.h"
+
+// ---- the fake CUDA runtime: only what device_transport.cc calls ----
+namespace {
+struct FakeStream {
+  std::deque<std::function<void()>> work;
+  size_t queued = 0, done = 0;
+  void run_until(size_t n) {
+    while (done < n) {
+      auto f = std::move(work.front());
+      work.pop_front();
+      f();
+      ++done;
+    }
+  }
+  void push(std::function<void()> f) {
+    work.push_back(std::move(f));
+    ++queued;
+  }
+};
+struct FakeEvent {
+  FakeStream* s = nullptr;
+  size_t at = 0;
+};
+}  // namespace
+
+namespace hvdl::gpu {
+void* event_create() { return new FakeEvent(); }
+void event_destroy(void* ev) { delete static_cast<FakeEvent*>(ev); }
+void event_record(void* ev, void* stream) {
+  auto* e = static_cast<FakeEvent*>(ev);
+  e->s = static_cast<FakeStream*>(stream);
+  e->at = e->s->queued;
+}
+void event_synchronize(void* ev) {
+  auto* e = static_cast<FakeEvent*>(ev);
+  if (e->s) e->s->run_until(e->at);
+}
+void stream_synchronize(void* stream) {
+  auto* s = static_cast<FakeStream*>(stream);
+  s->run_until(s->queued);
+}
+void* malloc_host_pinned(size_t bytes) {
+  void* p = std::malloc(bytes);
+  std::memset(p, 0xAB, bytes);  // stale bytes are visible, not zeros
+  return p;
+}
+void free_host_pinned(void* p) { std::free(p); }
+void memcpy_async(void* dst, const void* src, size_t bytes, void* stream) {
+  if (bytes) static_cast<FakeStream*>(stream)->push([=] { std::memcpy(dst, src, bytes); });
+}
+}  // namespace hvdl::gpu
+
+namespace hvdl {
+namespace {
+
+// Kernels that run when the fake stream gets to them, like ours on the engine stream.
+class QueuedReducer : public Reducer {
+ public:
+  explicit QueuedReducer(FakeStream* s) : s_(s) {}
+  void reduce(void* dst, const void* src, size_t count, DataType dt, ReduceOp op) const override {
+    s_->push([=] { reduce_into(dst, src, count, dt, op); });
+  }
+  void scale(void* buf, size_t count, DataType dt, double f) const override {
+    if (f != 1.0) s_->push([=] { scale_buffer(buf, count, dt, f); });
+  }
+
+ private:
+  FakeStream* s_;
+};
+
+// Like MPI, a message lands in the receiver's buffer as soon as both sides have posted,
+// whatever thread gets there second, not when the receiver waits: memory handed to a
+// transfer can change at any time until its wait returns.
+struct Hub {
+  explicit Hub(int n) : n(n) {}
+  struct Recv {
+    char* buf;
+    size_t bytes;
+    bool* done;
+  };
+  int n;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::map<std::pair<int, int>, std::deque<std::vector<char>>> sent;  // (from, to) -> FIFO
+  std::map<std::pair<int, int>, std::deque<Recv>> posted;
+  void match(std::pair<int, int> key) {  // caller holds mu
+    auto& s = sent[key];
+    auto& p = posted[key];
+    while (!s.empty() && !p.empty()) {
+      if (s.front().size() != p.front().bytes)
+        die("rank " + std::to_string(key.second) + " expected " +
+            std::to_string(p.front().bytes) + " bytes, got " + std::to_string(s.front().size()));
+      if (p.front().bytes) std::memcpy(p.front().buf, s.front().data(), p.front().bytes);
+      *p.front().done = true;
+      s.pop_front();
+      p.pop_front();
+    }
+    cv.notify_all();
+  }
+  [[noreturn]] static void die(const std::string& m) {
+    std::fprintf(stderr, "FATAL: %s\n", m.c_str());
+    std::abort();
+  }
+};
+
+// Eager sends; receives match a peer's sends in posting order.
+class ThreadTransport : public Transport {
+ public:
+  ThreadTransport(Hub& h, int rank) : h_(h), rank_(rank) {}
+  int rank() const override { return rank_; }
+  int size() const override { return h_.n; }
+  Op isend(int peer, const void* buf, size_t bytes) override {
+    std::lock_guard<std::mutex> l(h_.mu);
+    const char* p = static_cast<const char*>(buf);
+    h_.sent[{rank_, peer}].emplace_back(p, p + bytes);
+    done_.push_back(std::make_unique<bool>(true));
+    h_.match({rank_, peer});
+    return static_cast<Op>(done_.size() - 1);
+  }
+  Op irecv(int peer, void* buf, size_t bytes) override {
+    std::lock_guard<std::mutex> l(h_.mu);
+    done_.push_back(std::make_unique<bool>(false));
+    h_.posted[{peer, rank_}].push_back({static_cast<char*>(buf), bytes, done_.back().get()});
+    h_.match({peer, rank_});
+    return static_cast<Op>(done_.size() - 1);
+  }
+  void wait(Op op) override {
+    std::unique_lock<std::mutex> l(h_.mu);
+    bool* d = done_.at(op).get();
+    h_.cv.wait(l, [&] { return *d; });
+  }
+  void wait_all() override {
+    for (size_t i = 0; i < done_.size(); ++i) wait(static_cast<Op>(i));
+    done_.clear();
+  }
+  void allreduce_and(uint64_t*, size_t) override { Hub::die("unused"); }
+  std::vector<std::string> gather(const std::string&, int) override { Hub::die("unused"); }
+  void broadcast(std::string&, int) override { Hub::die("unused"); }
+  void barrier() override { Hub::die("unused"); }
+  void ring(uint64_t) override {}
+  uint64_t poll_ring() override { return 0; }
+
+ private:
+  Hub& h_;
+  int rank_;
+  std::vector<std::unique_ptr<bool>> done_;
+};
+
+enum class Mode { kPlain, kStaged, kSynced };
+
+// Each rank reduces `rounds` buffers one after another (the arena is reused and grows).
+std::vector<std::vector<std::vector<char>>> run_ring(int n, size_t count, DataType dt, ReduceOp op,
+                                                     Mode mode, int rounds) {
+  Hub hub(n);
+  std::vector<std::vector<std::vector<char>>> out(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      ThreadTransport host(hub, r);
+      FakeStream stream;
+      QueuedReducer queued(&stream);
+      std::unique_ptr<Transport> dev;
+      if (mode == Mode::kStaged) dev = make_staging_transport(host, &stream);
+      if (mode == Mode::kSynced) dev = make_stream_synced_transport(host, &stream);
+      Transport& t = dev ? *dev : host;
+      const Reducer& red = dev ? static_cast<const Reducer&>(queued) : cpu_reducer();
+      HostBuffer scratch;
+      std::mt19937 rng(1000 * r + static_cast<unsigned>(count));
+      for (int k = 0; k < rounds; ++k) {
+        const size_t c = count + static_cast<size_t>(k) * 3;  // sizes change between rounds
+        std::vector<char> buf(c * dtype_size(dt));
+        for (size_t i = 0; i < c; ++i) {
+          const int v = static_cast<int>(rng() % 9) - 2;
+          if (dt == DataType::FLOAT32) reinterpret_cast<float*>(buf.data())[i] = v * 0.37f;
+          else reinterpret_cast<int32_t*>(buf.data())[i] = v;
+        }
+        ring_allreduce(t, red, buf.data(), c, dt, op, 0.5, scratch);
+        gpu::stream_synchronize(&stream);  // what the engine's Device::end does
+        out[r].push_back(std::move(buf));
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  return out;
+}
+
+// One transfer through an adapter, outside any algorithm: the sender's data is written
+// by queued work right before isend; the receiver completes it with wait() or only
+// with wait_all(). Returns whether the receiver saw the data.
+bool direct_transfer(Mode mode, size_t bytes, bool wait_each) {
+  Hub hub(2);
+  bool ok = false;
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      ThreadTransport host(hub, r);
+      FakeStream stream;
+      auto dev = mode == Mode::kStaged ? make_staging_transport(host, &stream)
+                                       : make_stream_synced_transport(host, &stream);
+      std::vector<char> buf(bytes, 0);
+      for (int round = 1; round <= 3; ++round) {
+        if (r == 0) {
+          char* p = buf.data();
+          stream.push([=] { std::memset(p, round, bytes); });  // a producer kernel
+          dev->isend(1, buf.data(), bytes);
+          dev->wait_all();
+        } else {
+          Transport::Op op = dev->irecv(0, buf.data(), bytes);
+          if (wait_each) dev->wait(op);
+          dev->wait_all();
+          gpu::stream_synchronize(&stream);
+          ok = std::all_of(buf.begin(), buf.end(), [&](char c) { return c == round; }) &&
+               (round == 1 || ok);
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  return ok;
+}
+
+}  // namespace
+}  // namespace hvdl
+
+int main() {
+  using namespace hvdl;
+  setenv("HOROVODLITE_RING_SEGMENT_BYTES", "256", 1);          // many ring segments
+  setenv("HOROVODLITE_GPU_STAGING_SEGMENT_BYTES", "4096", 1);  // many staged pieces
+  int failures = 0, checks = 0;
+  for (int n = 1; n <= 5; ++n)
+    for (size_t count : {size_t(0), size_t(1), size_t(7), size_t(1000), size_t(20011)})
+      for (DataType dt : {DataType::FLOAT32, DataType::INT32})
+        for (ReduceOp op : {ReduceOp::SUM, ReduceOp::MAX}) {
+          auto ref = run_ring(n, count, dt, op, Mode::kPlain, 3);
+          for (Mode mode : {Mode::kStaged, Mode::kSynced}) {
+            auto got = run_ring(n, count, dt, op, mode, 3);
+            ++checks;
+            for (int r = 0; r < n; ++r)
+              if (got[r] != ref[r] || got[r] != got[0]) {
+                ++failures;
+                std::fprintf(stderr, "FAIL: %s n=%d count=%zu dtype=%s op=%s rank %d\n",
+                             mode == Mode::kStaged ? "staged" : "synced", n, count,
+                             dtype_name(dt), reduce_op_name(op), r);
+                break;
+              }
+          }
+        }
+  for (Mode mode : {Mode::kStaged, Mode::kSynced})
+    for (size_t bytes : {size_t(0), size_t(5), size_t(10000)})
+      for (bool wait_each : {true, false}) {
+        ++checks;
+        if (!direct_transfer(mode, bytes, wait_each)) {
+          ++failures;
+          std::fprintf(stderr, "FAIL: direct %s transfer of %zu bytes (%s)\n",
+                       mode == Mode::kStaged ? "staged" : "synced", bytes,
+                       wait_each ? "wait" : "wait_all only");
+        }
+      }
+  std::printf("%d passed, %d failed\n", checks - failures, failures);
+  return failures ? 1 : 0;
+}

@@ -1,0 +1,67 @@
+"""horovodlite.torch on 2 and 3 ranks: collectives and their gradients against numpy /
+autograd references, DistributedOptimizer against one process training on the whole
+batch, SyncBatchNorm against BatchNorm. The rank-side code is in torch_cases.py; each
+test is one mpirun launch covering many cases."""
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch", reason="PyTorch is not installed: horovodlite.torch untested")
+
+from mpirun import run  # noqa: E402
+
+TESTS = str(Path(__file__).resolve().parent)
+
+
+def _run(n, body, timeout=240):
+    return run(n, f"""
+import sys
+sys.path.insert(0, {TESTS!r})
+
+def main(_hvd):
+    import torch_cases as c
+    return {body}
+""", timeout=timeout)
+
+
+def _bits(a):
+    return np.ascontiguousarray(np.asarray(a)).reshape(-1).view(np.uint8)
+
+
+def _same_on_all_ranks(values, what):
+    for q, v in enumerate(values[1:], 1):
+        np.testing.assert_array_equal(_bits(v), _bits(values[0]),
+                                      err_msg=f"{what}: rank {q} differs from rank 0")
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_collectives_and_gradients(n):
+    res = _run(n, "(c.allreduce_cases(), c.allreduce_errors(), c.allreduce_autograd(), "
+                  "c.gather_broadcast_cases(), c.gather_broadcast_autograd())")
+    for part in (0, 3):
+        for key in res[0][part]:
+            _same_on_all_ranks([r[part][key] for r in res], key)
+    for r in res:
+        assert "float" in r[1] and "mismatch.dtype" in r[1]  # names the tensor and dtypes
+        assert r[2] is True and r[4] is True
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_distributed_optimizer(n):
+    res = _run(n, "(c.training_equivalence(), c.optimizer_misuse(), c.sync_batch_norm(), "
+                  "c.objects_and_state(), c.join_uneven(), c.sparse_equivalence())",
+               timeout=400)
+    eq = [r[0] for r in res]
+    for key in eq[0]:
+        diffs = [e[key][0] for e in eq]
+        assert max(diffs) <= (3e-2 if key in ("fp16", "bf16") else 1e-9), (key, diffs)
+        _same_on_all_ranks([e[key][1] for e in eq], key)
+    assert all(r[1] is True for r in res)
+    _same_on_all_ranks([r[2] for r in res], "SyncBatchNorm training")
+    _same_on_all_ranks([r[3][0] for r in res], "training from broadcast state")
+    for i in range(len(res[0][3][1])):
+        _same_on_all_ranks([r[3][1][i] for r in res], "LBFGS state after broadcast")
+    _same_on_all_ranks([r[4] for r in res], "weights after join")
+    for key in res[0][5]:
+        _same_on_all_ranks([r[5][key] for r in res], key)

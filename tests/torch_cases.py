@@ -1,0 +1,611 @@
+"""Rank-side cases for test_torch.py: each function runs on every rank of one mpirun
+launch, checks what it can locally against a single-process reference, and returns
+values the test compares across ranks (bitwise where the contract says so)."""
+import copy
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import horovodlite.torch as hvd
+
+torch.set_num_threads(1)
+
+
+def _np(t):
+    return t.detach().to(torch.float64).numpy() if t.dtype == torch.bfloat16 else t.detach().numpy()
+
+
+def _expect_raises(exc, fn, *words):
+    try:
+        fn()
+    except exc as e:
+        msg = str(e)
+        missing = [w for w in words if w not in msg]
+        assert not missing, f"{exc.__name__} message {msg!r} lacks {missing}"
+        return msg
+    raise AssertionError(f"expected {exc.__name__} from {fn}")
+
+
+# ---------------------------------------------------------------------------- collectives
+
+def allreduce_cases():
+    r, n = hvd.rank(), hvd.size()
+    out = {}
+    dtypes = [torch.uint8, torch.int8, torch.int32, torch.int64, torch.float16, torch.bfloat16,
+              torch.float32, torch.float64]
+    for dt in dtypes:
+        x = (torch.arange(7) % 3 + r).to(dt)
+        s = hvd.allreduce(x, op=hvd.Sum, name=f"sum.{dt}")
+        assert s.dtype == dt and s.shape == x.shape
+        expect = sum((torch.arange(7) % 3 + q).to(torch.float64) for q in range(n))
+        assert torch.equal(s.to(torch.float64), expect), (dt, s, expect)
+        out[f"sum.{dt}"] = _np(s)
+        if dt.is_floating_point:
+            out[f"avg.{dt}"] = _np(hvd.allreduce(x, name=f"avg.{dt}"))
+            np.testing.assert_allclose(out[f"avg.{dt}"], expect.numpy() / n, rtol=1e-2)
+    for op, f in [(hvd.Min, np.min), (hvd.Max, np.max), (hvd.Product, np.prod)]:
+        x = torch.tensor([1.0 + r, 3.0 - r, 2.0], dtype=torch.float64)
+        y = hvd.allreduce(x, op=op)
+        ref = f(np.stack([[1.0 + q, 3.0 - q, 2.0] for q in range(n)]), axis=0)
+        np.testing.assert_array_equal(y.numpy(), ref)
+    # deprecated average=, scale factors, zero elements, scalars
+    x = torch.full((3,), float(r + 1))
+    np.testing.assert_allclose(hvd.allreduce(x, average=False).numpy(), n * (n + 1) / 2)
+    np.testing.assert_allclose(
+        hvd.allreduce(x, op=hvd.Sum, prescale_factor=2.0, postscale_factor=0.5).numpy(),
+        n * (n + 1) / 2)
+    assert hvd.allreduce(torch.zeros(0, 4)).shape == (0, 4)
+    assert hvd.allreduce(torch.tensor(float(r)), op=hvd.Sum).item() == n * (n - 1) / 2
+    # in place, non-contiguous in place, async
+    t = torch.full((2, 3), float(r))
+    assert hvd.allreduce_(t, op=hvd.Sum) is t and float(t[0, 0]) == n * (n - 1) / 2
+    nc = torch.arange(6.0).reshape(2, 3).t() * (r + 1)
+    assert not nc.is_contiguous()
+    hvd.allreduce_(nc, op=hvd.Sum)
+    np.testing.assert_array_equal(nc.numpy(), np.arange(6.0).reshape(2, 3).T * n * (n + 1) / 2)
+    hs = [hvd.allreduce_async(torch.full((5,), float(i + r)), name=f"async.{i}", op=hvd.Sum)
+          for i in range(4)]
+    for i, h in enumerate(reversed(hs)):
+        res = hvd.synchronize(h)
+        assert float(res[0]) == n * (3 - i) + n * (n - 1) / 2
+    h = hvd.allreduce_async_(t)
+    hvd.synchronize(h)
+    assert hvd.poll(hvd.allreduce_async(t, name="polled")) in (True, False)
+    hvd.synchronize(hvd.allreduce_async(t, name="polled.2"))
+    # grouped
+    g = hvd.grouped_allreduce([torch.ones(2) * r, torch.ones(3, dtype=torch.float64) * r],
+                              op=hvd.Sum)
+    assert [x.dtype for x in g] == [torch.float32, torch.float64]
+    assert all(float(x[0]) == n * (n - 1) / 2 for x in g)
+    ts = [torch.ones(2) * r, torch.ones(1) * r]
+    hvd.grouped_allreduce_(ts, op=hvd.Sum)
+    assert float(ts[1][0]) == n * (n - 1) / 2
+    # compression: the wire dtype is 16-bit, the result has the input's dtype
+    for comp in (hvd.Compression.fp16, hvd.Compression.bf16):
+        y = hvd.allreduce(torch.full((4,), 0.5 + r), compression=comp, op=hvd.Sum)
+        assert y.dtype == torch.float32 and float(y[0]) == sum(0.5 + q for q in range(n))
+    assert hvd.Compression.fp16.compress(torch.ones(2, dtype=torch.int64))[0].dtype == torch.int64
+    out["random.f32"] = _np(hvd.allreduce(torch.randn(1000, generator=torch.Generator()
+                                                        .manual_seed(r))))
+    return out
+
+
+def allreduce_errors():
+    r, n = hvd.rank(), hvd.size()
+    _expect_raises(TypeError, lambda: hvd.allreduce(torch.ones(2, dtype=torch.int16)), "int16")
+    _expect_raises(TypeError, lambda: hvd.allreduce(torch.ones(2, dtype=torch.complex64)),
+                   "complex64")
+    _expect_raises(TypeError, lambda: hvd.allreduce(torch.ones(2, dtype=torch.bool)), "bool")
+    _expect_raises(TypeError, lambda: hvd.allreduce([1.0, 2.0]), "torch.Tensor")
+    _expect_raises(ValueError, lambda: hvd.allreduce(torch.ones(2), op=hvd.Sum, average=True))
+    dt = torch.float32 if r == 0 else torch.float64
+    msg = _expect_raises(hvd.HorovodInternalError,
+                         lambda: hvd.allreduce(torch.ones(3, dtype=dt), name="mismatch.dtype"),
+                         "mismatch.dtype")
+    _expect_raises(RuntimeError, lambda: hvd.allreduce(torch.ones(2 + (r == n - 1)),
+                                                       name="mismatch.shape"), "mismatch.shape")
+    # the engine is still usable afterwards
+    assert float(hvd.allreduce(torch.ones(1), op=hvd.Sum)[0]) == n
+    return msg
+
+
+def allreduce_autograd():
+    r, n = hvd.rank(), hvd.size()
+    w = torch.tensor([1.0, -2.0, 0.5], dtype=torch.float64) * (r + 1)
+    wsum = sum(torch.tensor([1.0, -2.0, 0.5], dtype=torch.float64) * (q + 1) for q in range(n))
+    for op, expect in [(hvd.Sum, wsum), (hvd.Average, wsum / n)]:
+        x = torch.tensor([0.3, 0.1, -0.7], dtype=torch.float64, requires_grad=True)
+        (hvd.allreduce(x * (r + 1), op=op) * w).sum().backward()
+        torch.testing.assert_close(x.grad, expect * (r + 1))
+    # scale factors
+    x = torch.ones(3, dtype=torch.float64, requires_grad=True)
+    (hvd.allreduce(x, op=hvd.Sum, prescale_factor=3.0, postscale_factor=0.5) * w).sum().backward()
+    torch.testing.assert_close(x.grad, wsum * 1.5)
+    # Max: the rank holding the maximum gets the summed gradient
+    x = torch.tensor([float(r), float(-r)], dtype=torch.float64, requires_grad=True)
+    (hvd.allreduce(x, op=hvd.Max) * w[:2]).sum().backward()
+    expect = torch.zeros(2, dtype=torch.float64)
+    if r == n - 1:
+        expect[0] = wsum[0]
+    if r == 0:
+        expect[1] = wsum[1]
+    torch.testing.assert_close(x.grad, expect)
+    # grouped, with compression on the way
+    a = torch.ones(2, requires_grad=True)
+    b = torch.ones(3, requires_grad=True)
+    ya, yb = hvd.grouped_allreduce([a * (r + 1), b], op=hvd.Sum)
+    (ya.sum() + 2 * yb.sum()).backward()
+    torch.testing.assert_close(a.grad, torch.full((2,), float(n * (r + 1))))
+    torch.testing.assert_close(b.grad, torch.full((3,), 2.0 * n))
+    c = torch.ones(2, requires_grad=True)
+    hvd.allreduce(c, compression=hvd.Compression.fp16, op=hvd.Sum).sum().backward()
+    assert c.grad.dtype == torch.float32
+    torch.testing.assert_close(c.grad, torch.full((2,), float(n)))
+    return True
+
+
+# ---------------------------------------------------------------------------- training
+
+IN, HID, OUT = 6, 10, 4
+
+
+class Net(nn.Module):
+    """Two heads, summed; with a per-row head mask each row uses one head instead, so a
+    rank whose rows all pick one head leaves the other without a gradient (rank-dependent
+    unused parameters). `dead` is used by nobody."""
+
+    def __init__(self, bias=True, norm=None, dead=False):
+        super().__init__()
+        self.fc1 = nn.Linear(IN, HID, bias=bias)
+        self.norm = norm
+        self.head_a = nn.Linear(HID, OUT, bias=bias)
+        self.head_b = nn.Linear(HID, OUT, bias=bias)
+        self.dead = nn.Linear(HID, OUT, bias=bias) if dead else None
+
+    def forward(self, x, head=None):
+        h = self.fc1(x)
+        if self.norm is not None:
+            h = self.norm(h)
+        h = torch.tanh(h)
+        if head is None:
+            return self.head_a(h) + self.head_b(h)
+        return torch.where(head[:, None], self.head_a(h), self.head_b(h))
+
+
+def _net(seed=0, dtype=torch.float64, **kw):
+    torch.manual_seed(seed)
+    return Net(**kw).to(dtype)
+
+
+def _batches(steps, micro, rows, dtype, seed=7):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(steps, micro, rows, IN, generator=g, dtype=torch.float64).to(dtype)
+    y = torch.randn(steps, micro, rows, OUT, generator=g, dtype=torch.float64).to(dtype)
+    return x, y
+
+
+def _train(model, opt, data, shard, passes, heads=None, closure=False, clip=None,
+           loss_scale=1.0):
+    """`shard`: rows this process trains on. heads: per-row head mask or None."""
+    x, y = data
+    for s in range(x.shape[0]):
+        if closure:
+            def fn(s=s):
+                opt.zero_grad()
+                loss = F.mse_loss(model(x[s, 0, shard]), y[s, 0, shard])
+                loss.backward()
+                return loss
+            opt.step(fn)
+            continue
+        opt.zero_grad()
+        for m in range(passes):
+            hm = None if heads is None else heads[shard]
+            loss = F.mse_loss(model(x[s, m, shard], hm), y[s, m, shard]) * loss_scale / passes
+            loss.backward()
+        if clip is not None:
+            if hasattr(opt, "synchronize"):
+                opt.synchronize()
+            nn.utils.clip_grad_norm_(model.parameters(), clip)
+            if hasattr(opt, "skip_synchronize"):
+                with opt.skip_synchronize():
+                    opt.step()
+            else:
+                opt.step()
+        else:
+            opt.step()
+
+
+def _max_diff(a, b):
+    return max(float((p - q).detach().abs().max()) for p, q in zip(a.parameters(), b.parameters()))
+
+
+def _params(model):
+    return np.concatenate([p.detach().to(torch.float64).numpy().ravel()
+                           for p in model.parameters()])
+
+
+OPTIMIZERS = {
+    "SGD": lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, nesterov=True, weight_decay=0.01),
+    "Adam": lambda p: torch.optim.Adam(p, lr=0.01),
+    "AdamW": lambda p: torch.optim.AdamW(p, lr=0.01, amsgrad=True),
+    "Adadelta": lambda p: torch.optim.Adadelta(p, lr=1.0),
+    "Adagrad": lambda p: torch.optim.Adagrad(p, lr=0.1),
+    "Adamax": lambda p: torch.optim.Adamax(p, lr=0.01),
+    "ASGD": lambda p: torch.optim.ASGD(p, lr=0.05, t0=1),
+    "NAdam": lambda p: torch.optim.NAdam(p, lr=0.01),
+    "RAdam": lambda p: torch.optim.RAdam(p, lr=0.01),
+    "RMSprop": lambda p: torch.optim.RMSprop(p, lr=0.01, momentum=0.5, centered=True),
+    "Rprop": lambda p: torch.optim.Rprop(p, lr=0.01),
+    "Adafactor": lambda p: torch.optim.Adafactor(p, lr=0.01),
+    "Muon": lambda p: torch.optim.Muon(p, lr=0.02),
+    "LBFGS": lambda p: torch.optim.LBFGS(p, lr=0.5, max_iter=4, history_size=3),
+}
+
+
+def _equivalence(name, make_opt, steps=3, passes=1, dtype=torch.float64, tol=1e-9, heads=False,
+                 clip=None, op=None, **dist_kw):
+    """K steps of DistributedOptimizer on this rank's shard vs one process on the whole
+    batch; returns (max |difference|, final parameters)."""
+    r, n = hvd.rank(), hvd.size()
+    rows = 3
+    kw = {"bias": name != "Muon", "dead": heads}
+    data = _batches(steps, passes, rows * n, dtype)
+    mask = (torch.arange(rows * n) // rows) % 2 == 0 if heads else None
+    shard = slice(r * rows, (r + 1) * rows)
+    model, ref = _net(dtype=dtype, **kw), _net(dtype=dtype, **kw)
+    if callable(dist_kw.get("groups")):
+        dist_kw["groups"] = dist_kw["groups"](model)
+    opt = hvd.DistributedOptimizer(make_opt(model.parameters()),
+                                   named_parameters=model.named_parameters(),
+                                   backward_passes_per_step=passes,
+                                   **({} if op is None else {"op": op}), **dist_kw)
+    assert isinstance(opt, type(make_opt(_net(**kw).parameters())))
+    _train(model, opt, data, shard, passes, heads=mask, closure=name == "LBFGS", clip=clip)
+    _train(ref, make_opt(ref.parameters()), data, slice(None), passes, heads=mask,
+           closure=name == "LBFGS", clip=clip, loss_scale=n if op == hvd.Sum else 1.0)
+    moved = _max_diff(ref, _net(dtype=dtype, **kw))
+    assert moved > 1e-3, f"{name}: training did not change the weights ({moved})"
+    diff = _max_diff(model, ref)
+    assert diff <= tol, f"{name}: distributed and single-process weights differ by {diff}"
+    return diff, _params(model)
+
+
+def training_equivalence():
+    out = {}
+    for name, make in OPTIMIZERS.items():
+        out[name] = _equivalence(name, make)
+    sgd = OPTIMIZERS["SGD"]
+    out["passes=3"] = _equivalence("SGD", sgd, passes=3)
+    out["passes=2.Adam"] = _equivalence("Adam", OPTIMIZERS["Adam"], passes=2)
+    out["fp16"] = _equivalence("SGD", sgd, dtype=torch.float32, tol=5e-3,
+                               compression=hvd.Compression.fp16)
+    out["bf16"] = _equivalence("SGD", sgd, dtype=torch.float32, tol=3e-2,
+                               compression=hvd.Compression.bf16)
+    out["groups=2"] = _equivalence("SGD", sgd, groups=2)
+    out["groups=lists"] = _equivalence("Adam", OPTIMIZERS["Adam"], groups=lambda m: [
+        [m.fc1.weight, m.head_b.bias], [m.head_a.weight, m.fc1.bias]])
+    out["predivide"] = _equivalence("SGD", sgd, gradient_predivide_factor=2.0)
+    out["op=Sum"] = _equivalence("SGD", sgd, op=hvd.Sum)
+    out["heads"] = _equivalence("SGD", lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9),
+                                heads=True)
+    out["heads.Adam"] = _equivalence("Adam", OPTIMIZERS["Adam"], heads=True)
+    out["clip"] = _equivalence("SGD", lambda p: torch.optim.SGD(p, lr=1.0), clip=0.05)
+    return out
+
+
+def optimizer_misuse():
+    m = _net()
+    sgd = torch.optim.SGD(m.parameters(), lr=0.1)
+    named = list(m.named_parameters())
+    _expect_raises(ValueError, lambda: hvd.DistributedOptimizer(
+        sgd, named_parameters=named + [("fc1.weight", m.fc1.weight)]), "fc1.weight", "unique")
+    _expect_raises(ValueError, lambda: hvd.DistributedOptimizer(
+        sgd, named_parameters=named[:2]), "not in it")
+    _expect_raises(ValueError, lambda: hvd.DistributedOptimizer(
+        sgd, groups=[[torch.nn.Parameter(torch.ones(1))]]), "groups")
+    _expect_raises(ValueError, lambda: hvd.DistributedOptimizer(
+        sgd, op=hvd.Sum, gradient_predivide_factor=2.0), "gradient_predivide_factor")
+    opt = hvd.DistributedOptimizer(sgd, named_parameters=named)
+    _expect_raises(ValueError, lambda: hvd.DistributedOptimizer(opt), "already")
+    x = torch.randn(4, IN, dtype=torch.float64)
+    m(x).sum().backward()
+    _expect_raises(AssertionError, opt.zero_grad, "zero_grad", "in flight")
+    _expect_raises(AssertionError, lambda: m(x).sum().backward(), "backward_passes_per_step")
+    opt.synchronize()  # finishes what the failed calls left in flight, on every rank
+    opt.step()  # warns: already synchronized
+    opt.zero_grad()
+    opt.set_backward_passes_per_step(2)
+    m(x).sum().backward()
+    _expect_raises(AssertionError, opt.zero_grad, "local accumulation")
+    m(x).sum().backward()
+    opt.step()
+    opt.zero_grad()
+    # the optimizer's own state and hyper-parameters are shared, not copied
+    assert opt.param_groups is sgd.param_groups and opt.state is sgd.state
+    return True
+
+
+def sync_batch_norm():
+    """SyncBatchNorm on shards == BatchNorm on the concatenated batch (forward, running
+    statistics, input gradient; weight gradients summed over ranks)."""
+    r, n = hvd.rank(), hvd.size()
+    g = torch.Generator().manual_seed(3)
+    rows = 2
+    x = torch.randn(rows * n, 3, 4, 5, generator=g, dtype=torch.float64) * 2 + 1
+    w = torch.randn(rows * n, 3, 4, 5, generator=g, dtype=torch.float64)
+    shard = slice(r * rows, (r + 1) * rows)
+    ref = nn.BatchNorm2d(3, momentum=0.3).double()
+    sbn = hvd.SyncBatchNorm(3, momentum=0.3).double()
+    with torch.no_grad():
+        for bn in (ref, sbn):
+            bn.weight.copy_(torch.tensor([1.0, 2.0, -0.5]))
+            bn.bias.copy_(torch.tensor([0.1, 0.0, 0.3]))
+    xr = x.clone().requires_grad_()
+    xs = x[shard].clone().requires_grad_()
+    for _ in range(2):
+        yr, ys = ref(xr), sbn(xs)
+    torch.testing.assert_close(ys, yr[shard])
+    (yr * w).sum().backward()
+    (ys * w[shard]).sum().backward()
+    torch.testing.assert_close(xs.grad, xr.grad[shard])
+    torch.testing.assert_close(hvd.allreduce(sbn.weight.grad, op=hvd.Sum), ref.weight.grad)
+    torch.testing.assert_close(hvd.allreduce(sbn.bias.grad, op=hvd.Sum), ref.bias.grad)
+    torch.testing.assert_close(sbn.running_mean, ref.running_mean)
+    torch.testing.assert_close(sbn.running_var, ref.running_var)
+    assert int(sbn.num_batches_tracked) == 2
+    sbn.eval()
+    ref.eval()
+    torch.testing.assert_close(sbn(x[shard]), ref(x[shard]))
+    # converted inside a model and trained with DistributedOptimizer, float32
+    model = _net(dtype=torch.float32, norm=nn.BatchNorm1d(HID))
+    refm = copy.deepcopy(model)
+    model = hvd.SyncBatchNorm.convert_sync_batchnorm(model)
+    assert isinstance(model.norm, hvd.SyncBatchNorm)
+    data = _batches(3, 1, 4 * n, torch.float32)
+    sh = slice(r * 4, (r + 1) * 4)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
+                                   named_parameters=model.named_parameters())
+    _train(model, opt, data, sh, 1)
+    _train(refm, torch.optim.SGD(refm.parameters(), lr=0.1, momentum=0.9), data, slice(None), 1)
+    assert _max_diff(model, refm) < 1e-5, _max_diff(model, refm)
+    torch.testing.assert_close(model.norm.running_var, refm.norm.running_var)
+    return _params(model)
+
+
+# ---------------------------------------------------------------------------- other collectives
+
+def _rows(first, r, cols=3, dtype=torch.float64):
+    return (torch.arange(first * cols, dtype=torch.float64).reshape(first, cols) + 100 * r).to(dtype)
+
+
+def gather_broadcast_cases():
+    r, n = hvd.rank(), hvd.size()
+    out = {}
+    for dt in (torch.uint8, torch.int32, torch.int64, torch.float16, torch.bfloat16,
+               torch.float32, torch.float64, torch.bool):
+        x = _rows(r + 1, r, dtype=dt) if dt != torch.bool else torch.tensor([[r % 2 == 0]] * (r + 1))
+        y = hvd.allgather(x, name=f"ag.{dt}")
+        ref = torch.cat([_rows(q + 1, q, dtype=dt) if dt != torch.bool
+                         else torch.tensor([[q % 2 == 0]] * (q + 1)) for q in range(n)])
+        assert y.dtype == dt and torch.equal(y, ref), (dt, y, ref)
+        out[f"ag.{dt}"] = _np(y)
+        for root in (0, n - 1):
+            b = hvd.broadcast(x[:1].clone(), root_rank=root, name=f"bc.{dt}.{root}")
+            assert torch.equal(b, ref[sum(range(1, root + 1))][None]), (dt, root, b)
+    # scalars, empty rows on some ranks, non-contiguous, grouped
+    assert torch.equal(hvd.allgather(torch.tensor(float(r))), torch.arange(n, dtype=torch.float32))
+    e = hvd.allgather(torch.ones(r % 2, 2))
+    assert e.shape == (sum(q % 2 for q in range(n)), 2)
+    nc = _rows(3, r).t()
+    assert torch.equal(hvd.allgather(nc), torch.cat([_rows(3, q).t() for q in range(n)]))
+    g = hvd.grouped_allgather([_rows(1, r), torch.full((2,), r, dtype=torch.int64)])
+    assert torch.equal(g[1], torch.arange(n).repeat_interleave(2))
+    # broadcast_ in place (also non-contiguous), async forms
+    t = torch.full((2, 3), float(r))
+    assert hvd.broadcast_(t, root_rank=n - 1) is t and bool((t == n - 1).all())
+    nc = torch.full((3, 2), float(r)).t()
+    hvd.broadcast_(nc, root_rank=0)
+    assert bool((nc == 0).all())
+    h = hvd.broadcast_async(torch.full((4,), float(r)), root_rank=1)
+    assert bool((hvd.synchronize(h) == 1).all())
+    src = torch.full((4,), float(r))
+    hvd.synchronize(hvd.broadcast_async_(src, 1))
+    assert bool((src == 1).all())
+    x = torch.full((2,), float(r))
+    y = hvd.broadcast(x, root_rank=0)
+    assert bool((x == r).all()) and bool((y == 0).all())  # out of place leaves x alone
+    _expect_raises(hvd.HorovodInternalError, lambda: hvd.broadcast(torch.ones(2), root_rank=n),
+                   "root")
+    # alltoall, equal splits: rank r gets rows [2r, 2r+1] of every rank's tensor
+    a = torch.arange(2 * n, dtype=torch.float32) + 100 * r
+    y = hvd.alltoall(a)
+    assert isinstance(y, torch.Tensor)
+    assert torch.equal(y, torch.cat([torch.tensor([2.0 * r, 2.0 * r + 1]) + 100 * q
+                                     for q in range(n)]))
+    # explicit splits: rank r sends j+1 rows to rank j
+    rows = sum(j + 1 for j in range(n))
+    a = _rows(rows, r, cols=2)
+    y, recv = hvd.alltoall(a, splits=torch.tensor([j + 1 for j in range(n)]))
+    assert recv.tolist() == [r + 1] * n
+    start = sum(j + 1 for j in range(r))
+    assert torch.equal(y, torch.cat([_rows(rows, q, cols=2)[start:start + r + 1] for q in range(n)]))
+    _expect_raises(hvd.HorovodInternalError,
+                   lambda: hvd.alltoall(torch.ones(4), splits=[1] * (n + 1)), "splits")
+    # reducescatter: dim0 = 2n+1, so rank 0 gets one extra row
+    x = _rows(2 * n + 1, r, cols=2)
+    total = sum(_rows(2 * n + 1, q, cols=2) for q in range(n))
+    counts = [2 + (1 if q == 0 else 0) for q in range(n)]
+    off = sum(counts[:r])
+    ys = hvd.reducescatter(x, op=hvd.Sum)
+    assert torch.equal(ys, total[off:off + counts[r]]), (ys, total)
+    ya = hvd.reducescatter(x.float(), op=hvd.Average)
+    torch.testing.assert_close(ya, (total[off:off + counts[r]] / n).float())
+    gs = hvd.grouped_reducescatter([x, x[:n]], op=hvd.Sum)
+    assert torch.equal(gs[1], total[r:r + 1])
+    hvd.barrier()
+    return out
+
+
+def gather_broadcast_autograd():
+    r, n = hvd.rank(), hvd.size()
+    w = [torch.randn(sum(q + 1 for q in range(n)), 2, generator=torch.Generator().manual_seed(q),
+                     dtype=torch.float64) for q in range(n)]
+    # allgather: this rank's rows of the rank-averaged upstream gradient
+    x = torch.ones(r + 1, 2, dtype=torch.float64, requires_grad=True)
+    (hvd.allgather(x) * w[r]).sum().backward()
+    start = sum(q + 1 for q in range(r))
+    torch.testing.assert_close(x.grad, (sum(w) / n)[start:start + r + 1])
+    s = torch.tensor(2.0, dtype=torch.float64, requires_grad=True)
+    (hvd.allgather(s) * torch.arange(n)).sum().backward()
+    assert s.grad.shape == () and float(s.grad) == r
+    # broadcast: the rank-averaged upstream gradient on the root, zero elsewhere
+    for root in (0, n - 1):
+        x = torch.ones(3, dtype=torch.float64, requires_grad=True)
+        wr = [torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64) * (q + 1) for q in range(n)]
+        (hvd.broadcast(x, root_rank=root) * wr[r]).sum().backward()
+        torch.testing.assert_close(x.grad, sum(wr) / n if r == root else torch.zeros(3, dtype=torch.float64))
+    # alltoall: gradient returns along the received splits
+    rows = sum(j + 1 for j in range(n))
+    x = torch.zeros(rows, 2, dtype=torch.float64, requires_grad=True)
+    y, recv = hvd.alltoall(x, splits=[j + 1 for j in range(n)])
+    upstream = torch.arange(float(y.numel()), dtype=torch.float64).reshape(y.shape) + 1000 * r
+    (y * upstream).sum().backward()
+    # my row block j went to rank j, where it is rows [r(j+1), (r+1)(j+1)) of the output,
+    # whose upstream gradient there is arange(n(j+1)*2) + 1000 j
+    expect = torch.cat([(torch.arange(float(n * (j + 1) * 2), dtype=torch.float64)
+                         .reshape(-1, 2) + 1000 * j)[r * (j + 1):(r + 1) * (j + 1)]
+                        for j in range(n)])
+    torch.testing.assert_close(x.grad, expect)
+    # reducescatter: allgather of the gradient (/ size for Average)
+    for op, div in ((hvd.Sum, 1), (hvd.Average, n)):
+        x = torch.ones(2 * n, 2, dtype=torch.float64, requires_grad=True)
+        wr = [torch.full((2, 2), float(q + 1), dtype=torch.float64) for q in range(n)]
+        (hvd.reducescatter(x, op=op) * wr[r]).sum().backward()
+        torch.testing.assert_close(x.grad, torch.cat(wr) / div)
+    return True
+
+
+def objects_and_state():
+    """broadcast/allgather of objects; parameters and optimizer state from rank-dependent
+    starting points; then training agrees with one process started from the root's."""
+    r, n = hvd.rank(), hvd.size()
+    obj = hvd.broadcast_object({"rank": r, "list": list(range(r))}, root_rank=n - 1)
+    assert obj == {"rank": n - 1, "list": list(range(n - 1))}
+    assert hvd.allgather_object(("x", r)) == [("x", q) for q in range(n)]
+
+    def start(rank):
+        model = _net(seed=rank)
+        opt = torch.optim.Adam(model.parameters(), lr=0.01 * (rank + 1),
+                               betas=(0.9, 0.99 - 0.01 * rank))
+        g = torch.Generator().manual_seed(rank)
+        for _ in range(rank + 1):  # rank-dependent step counts
+            opt.zero_grad()
+            F.mse_loss(model(torch.randn(5, IN, generator=g, dtype=torch.float64)),
+                       torch.zeros(5, OUT, dtype=torch.float64)).backward()
+            opt.step()
+        return model, opt
+
+    model, opt = start(r)
+    opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters())
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    hvd.broadcast_optimizer_state(opt, root_rank=0)
+    ref, ropt = start(0)
+    assert _max_diff(model, ref) == 0
+    a, b = opt.state_dict(), ropt.state_dict()
+    assert a["param_groups"] == b["param_groups"]
+    for k in b["state"]:
+        for key, v in b["state"][k].items():
+            assert torch.equal(a["state"][k][key], v), (k, key)
+    data = _batches(3, 1, 3 * n, torch.float64)
+    _train(model, opt, data, slice(3 * r, 3 * r + 3), 1)
+    _train(ref, ropt, data, slice(None), 1)
+    assert _max_diff(model, ref) < 1e-12
+    # named_parameters() and lists work too; an empty root state empties the others'
+    m2 = _net(seed=r)
+    hvd.broadcast_parameters(m2.named_parameters(), root_rank=n - 1)
+    hvd.broadcast_parameters(list(m2.parameters()), root_rank=n - 1)
+    assert _max_diff(m2, _net(seed=n - 1)) == 0
+    o2 = torch.optim.SGD(m2.parameters(), lr=0.1 + r, momentum=0.9)
+    if r != n - 1:
+        m2(torch.ones(1, IN, dtype=torch.float64)).sum().backward()
+        o2.step()
+    hvd.broadcast_optimizer_state(o2, root_rank=n - 1)
+    assert len(o2.state) == 0 and o2.param_groups[0]["lr"] == 0.1 + n - 1
+    # LBFGS keeps lists of tensors in its state
+    lb = torch.optim.LBFGS(m2.parameters(), history_size=2, max_iter=2)
+
+    def closure():
+        lb.zero_grad()
+        loss = m2(torch.ones(2, IN, dtype=torch.float64) * (r + 1)).pow(2).sum()
+        loss.backward()
+        return loss
+
+    lb.step(closure)
+    hvd.broadcast_optimizer_state(lb, root_rank=0)
+    return _params(model), [t.numpy() for t in lb.state_dict()["state"][0]["old_dirs"]]
+
+
+def join_uneven():
+    """Rank r has r+2 batches; after its last one it joins. Plain SGD, so the expected
+    weights follow directly: at step k the ranks still training contribute, and the
+    average divides by the full size."""
+    r, n = hvd.rank(), hvd.size()
+    data = _batches(n + 1, 1, 3 * n, torch.float64)
+    x, y = data
+    model = _net()
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters())
+    for k in range(r + 2):
+        opt.zero_grad()
+        F.mse_loss(model(x[k, 0, 3 * r:3 * r + 3]), y[k, 0, 3 * r:3 * r + 3]).backward()
+        opt.step()
+    last = hvd.join()
+    assert last == n - 1, last
+    hvd.broadcast_parameters(model.state_dict(), root_rank=last)
+    ref = _net()
+    ropt = torch.optim.SGD(ref.parameters(), lr=0.1)
+    for k in range(n + 1):
+        ropt.zero_grad()
+        for q in range(n):
+            if k < q + 2:
+                (F.mse_loss(ref(x[k, 0, 3 * q:3 * q + 3]), y[k, 0, 3 * q:3 * q + 3]) / n).backward()
+        ropt.step()
+    assert _max_diff(model, ref) < 1e-12, _max_diff(model, ref)
+    return _params(model)
+
+
+def sparse_equivalence():
+    """Sparse embedding gradients: allgathered as indices + values (SparseAdam, SGD), or
+    reduced dense with sparse_as_dense; against one process on the whole batch."""
+    r, n = hvd.rank(), hvd.size()
+    g = torch.Generator().manual_seed(11)
+    idx = torch.randint(0, 30, (3, 4 * n, 3), generator=g)
+    target = torch.randn(3, 4 * n, 5, generator=g, dtype=torch.float64)
+    out = {}
+    cases = {"SparseAdam": (lambda p: torch.optim.SparseAdam(p, lr=0.05), {}),
+             "SGD.sparse": (lambda p: torch.optim.SGD(p, lr=0.5), {}),
+             "Adam.sparse_as_dense": (lambda p: torch.optim.Adam(p, lr=0.05),
+                                      {"sparse_as_dense": True})}
+    for name, (make, kw) in cases.items():
+        torch.manual_seed(0)
+        model = nn.Embedding(30, 5, sparse=True).double()
+        ref = copy.deepcopy(model)
+        opt = hvd.DistributedOptimizer(make(model.parameters()),
+                                       named_parameters=model.named_parameters(), **kw)
+        ropt = make(ref.parameters())
+        sh = slice(4 * r, 4 * r + 4)
+        for s in range(3):
+            opt.zero_grad()
+            F.mse_loss(model(idx[s, sh]).sum(1), target[s, sh]).backward()
+            opt.step()
+            ropt.zero_grad()
+            F.mse_loss(ref(idx[s]).sum(1), target[s]).backward()
+            if kw.get("sparse_as_dense"):
+                ref.weight.grad = ref.weight.grad.to_dense()
+            ropt.step()
+        diff = _max_diff(model, ref)
+        assert diff < 1e-12, (name, diff)
+        out[name] = _params(model)
+    return out
