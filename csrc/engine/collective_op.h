@@ -16,6 +16,8 @@
 
 namespace hvdl {
 
+class AllreduceAlgorithm;
+
 // Everything below lives where the group's tensors live (host memory or one GPU), so
 // an op that moves data only through these serves both.
 struct ExecContext {
@@ -27,6 +29,9 @@ struct ExecContext {
   Device& device;   // copies, identity fill, NCCL: use these instead of memcpy & co.
   size_t segment_bytes = 0;         // ring pipelining (RingOptions), same on every rank
   PhaseObserver* phases = nullptr;  // the timeline, when it records: report phases here
+  // This process set's allreduce on host memory when it is not the flat ring
+  // (shared memory, hierarchical); null for the ring.
+  AllreduceAlgorithm* allreduce = nullptr;
 };
 
 class CollectiveOp {

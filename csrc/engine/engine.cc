@@ -16,6 +16,13 @@ Engine& Engine::get() {
   return *e;
 }
 
+// Host index of each rank of a set (chooses its allreduce path).
+static std::vector<int> hosts_of(const Topology& t, const std::vector<int>& ranks) {
+  std::vector<int> h;
+  for (int r : ranks) h.push_back(t.host_of_rank[r]);
+  return h;
+}
+
 static EngineParams read_params() {
   EngineParams p;
   p.fusion_threshold = static_cast<size_t>(env_int("FUSION_THRESHOLD", 128ll << 20));
@@ -47,7 +54,8 @@ void Engine::init(long long fortran_comm, const std::vector<int>& ranks) {
       HVDL_LOG(ERROR) << e.what() << "; running without a timeline";
     }
   }
-  workers_[0] = std::make_unique<Worker>(world_->create_group(all), params_, 0);
+  workers_[0] = std::make_unique<Worker>(world_->create_group(all), params_, 0, hosts_of(t, all));
+
   next_set_id_ = 1;
   HVDL_LOG(DEBUG) << "initialised: size " << t.size << ", local " << t.local_rank << "/"
                   << t.local_size << ", fusion " << params_.fusion_threshold << " B, cycle "
@@ -152,7 +160,9 @@ int Engine::add_process_set(const std::vector<int>& ranks) {
   int id = next_set_id_++;
   auto t = world_->create_group(sorted);
   set_ranks_[id] = sorted;
-  if (t) workers_[id] = std::make_unique<Worker>(std::move(t), params_, id);
+  if (t)
+    workers_[id] = std::make_unique<Worker>(std::move(t), params_, id,
+                                            hosts_of(world_->topology(), sorted));
   return id;
 }
 
@@ -207,6 +217,11 @@ void Engine::stop_timeline() {
   std::lock_guard<std::mutex> l(mu_);
   if (!world_) throw std::runtime_error("horovodlite has not been initialized; call hvd.init() first");
   Timeline::get().stop();
+}
+
+std::string Engine::allreduce_algorithm(int id) {
+  std::lock_guard<std::mutex> l(mu_);
+  return worker_for(id)->allreduce_algorithm();
 }
 
 }  // namespace hvdl

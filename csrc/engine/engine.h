@@ -52,6 +52,8 @@ class Engine {
   // World rank 0 writes the timeline; on other ranks these do nothing.
   void start_timeline(const std::string& path, bool mark_cycles);
   void stop_timeline();
+  // "ring", "shm" or "hierarchical": how this rank's allreduces in the set run.
+  std::string allreduce_algorithm(int process_set);
   const EngineParams& params() { return params_; }
 
  private:

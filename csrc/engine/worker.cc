@@ -21,12 +21,14 @@ static size_t payload_bytes(const Response& r) {
   return n;
 }
 
-Worker::Worker(std::unique_ptr<Transport> t, EngineParams p, int id)
+Worker::Worker(std::unique_ptr<Transport> t, EngineParams p, int id,
+               const std::vector<int>& host_of_member)
     : transport_(std::move(t)),
       params_(p),
       id_(id),
       controller_(*transport_, p.cache_capacity, p.stall_warn_s, p.stall_fail_s),
       devices_(*transport_),
+      allreduce_(make_allreduce_algorithm(*transport_, host_of_member)),
       records_timeline_(id == 0 && transport_->rank() == 0) {
   shown_.fusion_threshold = p.fusion_threshold;
   shown_.cycle_time_ms = p.cycle_time_ms;
@@ -179,6 +181,8 @@ uint64_t Worker::execute(const std::vector<Response>& responses, Timeline* tl,
         ExecContext ctx{dev->transport(), dev->reducer(), dev->fusion(), dev->scratch(),
                         params_.fusion_threshold, *dev};
         ctx.segment_bytes = params_.segment_bytes;
+        // Shared memory / hierarchical paths work on host memory only.
+        if (local_device(head, entries) < 0) ctx.allreduce = allreduce_.get();
         ctx.phases = tl ? &trace : nullptr;
         dev->begin(entries);
         op->execute(ctx, group, entries);

@@ -9,6 +9,7 @@
 
 #include "../transport/transport.h"
 #include "autotune.h"
+#include "allreduce_algorithm.h"
 #include "controller.h"
 #include "parameters.h"
 #include "device.h"
@@ -32,7 +33,9 @@ struct WorkerStats {
 
 class Worker {
  public:
-  Worker(std::unique_ptr<Transport> t, EngineParams p, int id);
+  // host_of_member[i]: host index of the set's rank i (chooses the allreduce path).
+  Worker(std::unique_ptr<Transport> t, EngineParams p, int id,
+         const std::vector<int>& host_of_member = {});
   ~Worker();  // requests shutdown and joins the thread
 
   TensorQueue& queue() { return queue_; }
@@ -44,6 +47,7 @@ class Worker {
     return shown_;
   }
   int id() const { return id_; }
+  const char* allreduce_algorithm() const { return allreduce_ ? allreduce_->name() : "ring"; }
   void stop();
 
  private:
@@ -59,6 +63,7 @@ class Worker {
   TensorQueue queue_;
   Controller controller_;
   DeviceSet devices_;  // host memory and the GPU this process uses, with their buffers
+  std::unique_ptr<AllreduceAlgorithm> allreduce_;  // null: the flat ring
   WorkerStats stats_;
   uint64_t round_ = 1;
   bool running_ = true;

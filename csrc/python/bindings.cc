@@ -136,6 +136,8 @@ PYBIND11_MODULE(_core, m) {
   m.def("process_set_ranks", [](int id) { return Engine::get().process_set_ranks(id); });
   m.def("process_set_rank", [](int id) { return Engine::get().process_set_rank(id); });
   m.def("stats", [](int id) { return Engine::get().stats(id); }, py::arg("process_set") = 0);
+  m.def("allreduce_algorithm", [](int id) { return Engine::get().allreduce_algorithm(id); },
+        py::arg("process_set") = 0);
 
   // Operations: timeline and the knobs in effect (autotune changes them).
   m.def("start_timeline", [](const std::string& path, bool mark_cycles) {

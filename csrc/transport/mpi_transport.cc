@@ -154,6 +154,14 @@ class MpiTransport : public Transport {
     wait_polite(&r, 1);
   }
 
+  std::unique_ptr<Transport> split(int color, int key) override {
+    MPI_Comm sub;
+    check(MPI_Comm_split(ctrl_, color, key, &sub), "MPI_Comm_split");
+    auto t = std::make_unique<MpiTransport>(sub);
+    MPI_Comm_free(&sub);
+    return t;
+  }
+
   void ring(uint64_t round) override {
     if (!bell_sends_.empty()) {
       MPI_Waitall(static_cast<int>(bell_sends_.size()), bell_sends_.data(), MPI_STATUSES_IGNORE);

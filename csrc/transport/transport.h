@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,13 @@ class Transport {
   // root's bytes end up in `bytes` on every rank.
   virtual void broadcast(std::string& bytes, int root) = 0;
   virtual void barrier() = 0;
+
+  // Collective over this group: the ranks passing the same color form a new group,
+  // ordered by key. Used to carve the per-host and cross-host groups out of a set.
+  virtual std::unique_ptr<Transport> split(int color, int key) {
+    (void)color, (void)key;
+    throw std::logic_error("this transport cannot be split into groups");
+  }
 
   // ---- wake-up: lets an idle rank sleep until a peer needs it in a round ----
   // Tell every other rank that negotiation round `round` has started.

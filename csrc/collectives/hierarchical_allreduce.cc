@@ -1,0 +1,34 @@
+// Hierarchical allreduce: the host's ranks first reduce-scatter through shared
+// memory, so local rank i holds the host's sum of block i; then, for every i at
+// once, the ranks with local index i (one per host) ring-allreduce block i across
+// hosts; finally the host's ranks allgather the blocks through shared memory.
+// Only 1/local_size of the buffer crosses between hosts per rank, and every
+// host-to-host link carries a ring of its own.
+#include "hierarchical_allreduce.h"
+
+#include <cstring>
+
+#include "partition.h"
+#include "ring_allreduce.h"
+
+namespace hvdl {
+
+void hierarchical_allreduce(ShmCollectives* local, Transport& cross, const Reducer& red,
+                            const void* in, void* out, size_t count, DataType dt, ReduceOp op,
+                            double prescale, double postscale, HostBuffer& scratch) {
+  const size_t es = dtype_size(dt);
+  char* o = static_cast<char*>(out);
+  if (!local || local->size() == 1) {
+    if (in != out && count) std::memcpy(out, in, count * es);
+    red.scale(out, count, dt, prescale);
+    ring_allreduce(cross, red, out, count, dt, op, postscale, scratch);
+    return;
+  }
+  const int nl = local->size(), lr = local->rank();
+  local->reduce_scatter(red, in, out, count, dt, op, prescale, 1.0);
+  ring_allreduce(cross, red, o + block_offset(count, nl, lr) * es, block_count(count, nl, lr), dt,
+                 op, postscale, scratch);
+  local->allgather(out, count, dt);
+}
+
+}  // namespace hvdl

@@ -1,0 +1,19 @@
+#pragma once
+#include <cstddef>
+
+#include "../common/buffer.h"
+#include "../common/dtype.h"
+#include "../transport/transport.h"
+#include "reducer.h"
+#include "shm_allreduce.h"
+
+namespace hvdl {
+
+// Allreduce over several hosts with the same number of ranks each. `local` holds
+// this host's ranks (null when this rank is alone on its host); `cross` the ranks of
+// every host with this rank's local index. out = allreduce(in * prescale) * postscale.
+void hierarchical_allreduce(ShmCollectives* local, Transport& cross, const Reducer& red,
+                            const void* in, void* out, size_t count, DataType dt, ReduceOp op,
+                            double prescale, double postscale, HostBuffer& scratch);
+
+}  // namespace hvdl

@@ -1,0 +1,69 @@
+// Collectives between the ranks of one host through a shared-memory window.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "../common/buffer.h"
+#include "../common/dtype.h"
+#include "../transport/shm_window.h"
+#include "reducer.h"
+
+namespace hvdl {
+
+struct ShmOptions {
+  size_t chunk_bytes = 256u << 10;  // one pipeline step, all ranks' pieces together
+  int slots = 4;                    // steps in flight per rank
+  // Collectives of at least this many bytes write the staging slots with
+  // non-temporal stores (see shm_allreduce.cc for why: 0 = always) ...
+  size_t stream_in_threshold = 0;
+  // ... and their final output, which will not be read again soon.
+  size_t stream_out_threshold = 8u << 20;
+  // Allreduces of at least this many bytes go through the ring instead (0: never);
+  // see allreduce_algorithm.cc.
+  size_t ring_threshold = 32u << 20;
+};
+
+// Reads HOROVODLITE_SHM_CHUNK_BYTES, _SHM_SLOTS, _SHM_STREAM_IN_THRESHOLD,
+// _SHM_STREAM_OUT_THRESHOLD and _SHM_RING_THRESHOLD.
+ShmOptions shm_options_from_env();
+
+class ShmCollectives {
+ public:
+  // Window data each rank needs for `ranks` ranks with these options.
+  static size_t window_bytes(const ShmOptions& o, int ranks);
+  ShmCollectives(std::unique_ptr<ShmWindow> w, const ShmOptions& o);
+
+  int rank() const { return win_->rank(); }
+  int size() const { return win_->size(); }
+  const ShmWindow& window() const { return *win_; }
+
+  // out = (sum over ranks of in * prescale) * postscale, for any reduce op; in may
+  // equal out. Bitwise identical on every rank.
+  void allreduce(const Reducer& red, const void* in, void* out, size_t count, DataType dt,
+                 ReduceOp op, double prescale, double postscale);
+  // Like allreduce, but only this rank's block of out (partition.h, `size()` parts)
+  // is written; the rest of out is left alone.
+  void reduce_scatter(const Reducer& red, const void* in, void* out, size_t count, DataType dt,
+                      ReduceOp op, double prescale, double postscale);
+  // Every rank's block of buf is copied into the same block on all the others.
+  void allgather(void* buf, size_t count, DataType dt);
+
+ private:
+  enum class Pass { ALLREDUCE, REDUCE_SCATTER, ALLGATHER };
+  void run(Pass pass, const Reducer* red, const char* in, char* out, size_t count, DataType dt,
+           ReduceOp op, double prescale, double postscale);
+
+  std::unique_ptr<ShmWindow> win_;
+  ShmOptions opts_;
+  size_t piece_bytes_ = 0, slot_stride_ = 0;
+  HostBuffer own_;  // this rank's own pieces, one per slot: only it reads them raw
+  // Pipeline steps done through this window; the same on every rank, since all run
+  // the same passes over the same counts. It numbers the progress counters.
+  uint64_t seq_ = 0;
+  // Fault injection for tests (HOROVODLITE_SHM_TEST_KILL_AT_STEP): this process
+  // kills itself right after publishing that step, i.e. in the middle of a collective.
+  uint64_t kill_at_step_ = 0;
+};
+
+}  // namespace hvdl

@@ -1,0 +1,37 @@
+// Which allreduce a process set runs on host memory, chosen once when its worker
+// starts, from where its ranks live and the environment:
+//   - every rank on this host: through shared memory ("shm"; the largest messages,
+//     HOROVODLITE_SHM_RING_THRESHOLD and up, still take the ring),
+//   - several hosts with the same number of ranks each: shared memory inside each
+//     host and a ring across hosts ("hierarchical"),
+//   - otherwise (or HOROVODLITE_SHM=0 / HOROVODLITE_HIERARCHICAL_ALLREDUCE=0): the
+//     flat ring, which the op runs itself (no object).
+// HOROVODLITE_HIERARCHICAL_ALLREDUCE=1 forces the hierarchical form even on one host.
+#pragma once
+#include <cstddef>
+#include <memory>
+#include <vector>
+
+#include "../collectives/reducer.h"
+#include "../common/dtype.h"
+#include "../transport/transport.h"
+
+namespace hvdl {
+
+class AllreduceAlgorithm {
+ public:
+  virtual ~AllreduceAlgorithm() = default;
+  virtual const char* name() const = 0;
+  // out = (reduction over ranks of in * prescale) * postscale; in may equal out.
+  // Host memory only. Throws on failure (a peer died, ...).
+  virtual void run(const Reducer& red, const void* in, void* out, size_t count, DataType dt,
+                   ReduceOp op, double prescale, double postscale) = 0;
+};
+
+// Collective over `set`. host_of_member[i] is the host index of the set's rank i
+// (empty: unknown, use the ring). Returns nullptr for the flat ring, also when a
+// shared-memory segment could not be set up (on every rank alike).
+std::unique_ptr<AllreduceAlgorithm> make_allreduce_algorithm(Transport& set,
+                                                             const std::vector<int>& host_of_member);
+
+}  // namespace hvdl
