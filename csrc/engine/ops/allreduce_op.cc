@@ -32,7 +32,10 @@ void reduce_in_place(ExecContext& ctx, void* buf, size_t count, DataType dt, Red
     ctx.reducer.scale(buf, count, dt, postscale);
     return;
   }
-  if (ctx.allreduce) return ctx.allreduce->run(ctx.reducer, buf, buf, count, dt, op, 1.0, postscale);
+  if (ctx.allreduce) {
+    PhaseScope p(ctx.phases, "SHARED_MEMORY_ALLREDUCE");
+    return ctx.allreduce->run(ctx.reducer, buf, buf, count, dt, op, 1.0, postscale);
+  }
   RingOptions ring;
   ring.segment_bytes = ctx.segment_bytes;
   ring.phases = ctx.phases;
@@ -91,9 +94,11 @@ class AllreduceOp : public CollectiveOp {
       void* buf;
       if (entries[0]) {
         buf = entries[0]->output;
-        if (ctx.allreduce)  // reads the input where it lies: no copy into the output first
+        if (ctx.allreduce) {  // reads the input where it lies: no copy into the output first
+          PhaseScope p(ctx.phases, "SHARED_MEMORY_ALLREDUCE");
           return ctx.allreduce->run(ctx.reducer, entries[0]->input, buf, count, dt, op,
                                     head.prescale, post);
+        }
         if (buf != entries[0]->input && count) {
           PhaseScope p(ctx.phases, "MEMCPY_IN_OUTPUT");
           ctx.device.copy(buf, entries[0]->input, count * es);
