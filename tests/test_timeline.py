@@ -85,11 +85,9 @@ def _check_tensor(evs, nbytes, fused, steps):
 
 def test_timeline_json_and_picture(tmp_path):
     trace = tmp_path / "timeline.json"
-    # The ring's phases are what _check_tensor expects (on one host the default path
-    # is shared memory, one SHM_ALLREDUCE phase).
-    stats = run(N, _job(tmp_path), env={"HOROVODLITE_TIMELINE": str(trace), "HOROVODLITE_TIMELINE_MARK_CYCLES": "1",
-                                        "HOROVODLITE_FUSION_THRESHOLD": str(1 << 20),
-                                        "HOROVODLITE_SHM": "0"})
+    stats = run(N, _job(tmp_path), env={"HOROVODLITE_SHM": "0",  # the phases checked below are the ring's
+                                   "HOROVODLITE_TIMELINE": str(trace), "HOROVODLITE_TIMELINE_MARK_CYCLES": "1",
+                                        "HOROVODLITE_FUSION_THRESHOLD": str(1 << 20)})
     assert stats[0]["rounds"] == stats[1]["rounds"]
 
     # 1. env-started timeline, stopped by stop_timeline()

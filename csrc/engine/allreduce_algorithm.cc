@@ -29,7 +29,6 @@ class ShmAllreduce : public AllreduceAlgorithm {
   ShmAllreduce(std::unique_ptr<ShmWindow> w, const ShmOptions& o, Transport& set)
       : shm_(std::move(w), o), ring_threshold_(o.ring_threshold), set_(set) {}
   const char* name() const override { return "shm"; }
-  const char* phase() const override { return "SHM_ALLREDUCE"; }
   void run(const Reducer& red, const void* in, void* out, size_t count, DataType dt, ReduceOp op,
            double prescale, double postscale) override {
     const size_t bytes = count * dtype_size(dt);
@@ -52,7 +51,6 @@ class HierarchicalAllreduce : public AllreduceAlgorithm {
   HierarchicalAllreduce(std::unique_ptr<ShmCollectives> local, std::unique_ptr<Transport> cross)
       : local_(std::move(local)), cross_(std::move(cross)) {}
   const char* name() const override { return "hierarchical"; }
-  const char* phase() const override { return "HIERARCHICAL_ALLREDUCE"; }
   void run(const Reducer& red, const void* in, void* out, size_t count, DataType dt, ReduceOp op,
            double prescale, double postscale) override {
     hierarchical_allreduce(local_.get(), *cross_, red, in, out, count, dt, op, prescale, postscale,

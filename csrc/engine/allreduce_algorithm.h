@@ -22,8 +22,6 @@ class AllreduceAlgorithm {
  public:
   virtual ~AllreduceAlgorithm() = default;
   virtual const char* name() const = 0;
-  // Its name in the timeline ("SHM_ALLREDUCE", ...).
-  virtual const char* phase() const = 0;
   // out = (reduction over ranks of in * prescale) * postscale; in may equal out.
   // Host memory only. Throws on failure (a peer died, ...).
   virtual void run(const Reducer& red, const void* in, void* out, size_t count, DataType dt,

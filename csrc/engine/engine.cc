@@ -55,6 +55,7 @@ void Engine::init(long long fortran_comm, const std::vector<int>& ranks) {
     }
   }
   workers_[0] = std::make_unique<Worker>(world_->create_group(all), params_, 0, hosts_of(t, all));
+
   next_set_id_ = 1;
   HVDL_LOG(DEBUG) << "initialised: size " << t.size << ", local " << t.local_rank << "/"
                   << t.local_size << ", fusion " << params_.fusion_threshold << " B, cycle "

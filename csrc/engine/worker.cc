@@ -181,8 +181,9 @@ uint64_t Worker::execute(const std::vector<Response>& responses, Timeline* tl,
         ExecContext ctx{dev->transport(), dev->reducer(), dev->fusion(), dev->scratch(),
                         params_.fusion_threshold, *dev};
         ctx.segment_bytes = params_.segment_bytes;
+        // Shared memory / hierarchical paths work on host memory only.
+        if (local_device(head, entries) < 0) ctx.allreduce = allreduce_.get();
         ctx.phases = tl ? &trace : nullptr;
-        if (dev->ordinal() < 0) ctx.allreduce = allreduce_.get();  // shm / hierarchical
         dev->begin(entries);
         op->execute(ctx, group, entries);
         dev->end();

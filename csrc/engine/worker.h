@@ -8,8 +8,8 @@
 #include <thread>
 
 #include "../transport/transport.h"
-#include "allreduce_algorithm.h"
 #include "autotune.h"
+#include "allreduce_algorithm.h"
 #include "controller.h"
 #include "parameters.h"
 #include "device.h"
@@ -63,7 +63,7 @@ class Worker {
   TensorQueue queue_;
   Controller controller_;
   DeviceSet devices_;  // host memory and the GPU this process uses, with their buffers
-  std::unique_ptr<AllreduceAlgorithm> allreduce_;  // host memory; null: the flat ring
+  std::unique_ptr<AllreduceAlgorithm> allreduce_;  // null: the flat ring
   WorkerStats stats_;
   uint64_t round_ = 1;
   bool running_ = true;

@@ -32,8 +32,8 @@ void reduce_in_place(ExecContext& ctx, void* buf, size_t count, DataType dt, Red
     ctx.reducer.scale(buf, count, dt, postscale);
     return;
   }
-  if (ctx.allreduce) {  // host memory: this set's shared-memory or hierarchical path
-    PhaseScope p(ctx.phases, ctx.allreduce->phase());
+  if (ctx.allreduce) {
+    PhaseScope p(ctx.phases, "SHARED_MEMORY_ALLREDUCE");
     return ctx.allreduce->run(ctx.reducer, buf, buf, count, dt, op, 1.0, postscale);
   }
   RingOptions ring;
@@ -95,7 +95,7 @@ class AllreduceOp : public CollectiveOp {
       if (entries[0]) {
         buf = entries[0]->output;
         if (ctx.allreduce) {  // reads the input where it lies: no copy into the output first
-          PhaseScope p(ctx.phases, ctx.allreduce->phase());
+          PhaseScope p(ctx.phases, "SHARED_MEMORY_ALLREDUCE");
           return ctx.allreduce->run(ctx.reducer, entries[0]->input, buf, count, dt, op,
                                     head.prescale, post);
         }
