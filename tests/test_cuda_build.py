@@ -48,7 +48,6 @@ def test_device_transports_in_process(tmp_path):
     cxx = shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
     if not cxx:
         pytest.skip("no C++ compiler found")
-    # collectives/shm_allreduce.cc runs over the shared-memory window of transport/.
     src = ["tests/cpp/test_device_transport.cc", "csrc/transport/device_transport.cc",
            "csrc/transport/shm_window.cc", "csrc/common/logging.cc"] + sorted(
         str(p.relative_to(ROOT)) for d in ("collectives", "reduce") for p in (ROOT / "csrc" / d).glob("*.cc"))

@@ -396,7 +396,7 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
     dtype, dev = src.dtype, tensor.device
     if isinstance(splits, torch.Tensor):
         splits = splits.detach().cpu().numpy()
-    split_list, err = _splits_list(splits, process_set)
+    split_list, err = _splits_list(splits)
 
     def finish(h):
         from .._loader import _core
