@@ -1,47 +1,14 @@
-"""Gradient compression for jax arrays: cast floating arrays to 16 bits for the wire
-and back afterwards. Works the same eagerly and under jit."""
+"""Gradient compression for jax arrays: the shared casting compressors
+(horovodlite/compression.py) with jax's dtypes and casts, so it works the same
+eagerly and under jit."""
 import jax.numpy as jnp
 
+from ..compression import Compressor, NoneCompressor, make_compression  # noqa: F401
 
-class Compressor:
-    @staticmethod
-    def compress(tensor):
-        return tensor, None
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        return tensor
-
-
-class NoneCompressor(Compressor):
-    pass
-
-
-class _CastCompressor(Compressor):
-    wire = None
-
-    @classmethod
-    def compress(cls, tensor):
-        dtype = tensor.dtype
-        if jnp.issubdtype(dtype, jnp.floating) and dtype != cls.wire:
-            return tensor.astype(cls.wire), dtype
-        return tensor, None
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        return tensor if ctx is None else tensor.astype(ctx)
-
-
-class FP16Compressor(_CastCompressor):
-    wire = jnp.float16
-
-
-class BF16Compressor(_CastCompressor):
-    wire = jnp.bfloat16
-
-
-class Compression:
-    """`none`, `fp16` (as in Horovod) and `bf16` (ours: keeps float32's exponent range)."""
-    none = NoneCompressor
-    fp16 = FP16Compressor
-    bf16 = BF16Compressor
+Compression = make_compression(
+    is_float=lambda d: jnp.issubdtype(d, jnp.floating),
+    dtype_of=lambda t: t.dtype,
+    cast=lambda t, d: t.astype(d),
+    float16=jnp.dtype(jnp.float16), bfloat16=jnp.dtype(jnp.bfloat16))
+FP16Compressor = Compression.fp16  # Horovod's names
+BF16Compressor = Compression.bf16
