@@ -367,3 +367,8 @@ def test_cpp_partition_and_ring(tmp_path):
     for seg in ("4096", "200"):
         out = _run(exe, {"HOROVODLITE_RING_SEGMENT_BYTES": seg})
         assert f"segment bytes {seg}" in out and " 0 failed" in out, out
+
+
+def test_cpp_path_tuner(tmp_path):
+    out = _run(_compile(tmp_path, "test_path_tuner.cc"))
+    assert " 0 failed" in out, out

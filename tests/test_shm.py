@@ -268,3 +268,45 @@ def main(hvd):
     return seen
 """, init=False, timeout=180)
     assert res == [["ring", "hierarchical", "ring", "shm"]] * 3
+
+
+TUNED = COMMON + """
+from horovodlite._loader import _core
+
+def main(hvd):
+    # Default options: allreduces of 1 MiB and more are timed, and during warm-up
+    # each of the three ways (ordinary stores, non-temporal stores, the ring) runs
+    # twice per size class, announced by rank 0. Single tensors and groups of large
+    # and tiny tensors (the zero-copy span path) must all be exact and identical.
+    n, r = hvd.size(), hvd.rank()
+    assert _core.allreduce_algorithm(0) == "shm"
+    results = {}
+    for i in range(8):
+        c = 300_001 + i
+        y = hvd.allreduce(data(c, np.float32, "Sum", r), op=hvd.Sum, name=f"one{i}")
+        check(f"one{i}", y, reference(c, np.float32, "Sum", n))
+        results[f"one{i}"] = y[::101].copy()
+    for i in range(8):
+        counts = (5, 400_003, 17, 200_000 + i, 3)
+        xs = [data(c, np.float64, "Sum", r + j) for j, c in enumerate(counts)]
+        hs = [hvd.allreduce_async_(x, op=hvd.Average, prescale_factor=2.0, name=f"g{i}.{j}")
+              for j, x in enumerate(xs)]
+        for h in hs:
+            hvd.synchronize(h)
+        for j, (c, x) in enumerate(zip(counts, xs)):
+            parts = [data(c, np.float64, "Sum", k + j).astype(np.float64) * 2.0 for k in range(n)]
+            check(f"g{i}.{j}", x, np.sum(parts, axis=0) * (1.0 / n))
+            results[f"g{i}.{j}"] = x[::101].copy()
+    return results
+
+def check(name, got, want):
+    assert same_bits(got, want), f"{name}: {np.count_nonzero(got != want)} wrong"
+"""
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_shm_tuned_ways_and_spans(n):
+    res = run(n, TUNED, timeout=300)
+    for r in range(1, n):
+        for k in res[0]:
+            assert res[r][k].tobytes() == res[0][k].tobytes(), f"rank {r} differs from rank 0 on {k}"

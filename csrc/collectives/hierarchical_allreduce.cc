@@ -15,7 +15,7 @@ namespace hvdl {
 
 void hierarchical_allreduce(ShmCollectives* local, Transport& cross, const Reducer& red,
                             const void* in, void* out, size_t count, DataType dt, ReduceOp op,
-                            double prescale, double postscale, HostBuffer& scratch) {
+                            double prescale, double postscale, HostBuffer& scratch, bool stream) {
   const size_t es = dtype_size(dt);
   char* o = static_cast<char*>(out);
   if (!local || local->size() == 1) {
@@ -25,10 +25,10 @@ void hierarchical_allreduce(ShmCollectives* local, Transport& cross, const Reduc
     return;
   }
   const int nl = local->size(), lr = local->rank();
-  local->reduce_scatter(red, in, out, count, dt, op, prescale, 1.0);
+  local->reduce_scatter(red, in, out, count, dt, op, prescale, 1.0, stream);
   ring_allreduce(cross, red, o + block_offset(count, nl, lr) * es, block_count(count, nl, lr), dt,
                  op, postscale, scratch);
-  local->allgather(out, count, dt);
+  local->allgather(out, count, dt, stream);
 }
 
 }  // namespace hvdl

@@ -12,8 +12,9 @@ namespace hvdl {
 // Allreduce over several hosts with the same number of ranks each. `local` holds
 // this host's ranks (null when this rank is alone on its host); `cross` the ranks of
 // every host with this rank's local index. out = allreduce(in * prescale) * postscale.
+// `stream`: the local passes write their slots with non-temporal stores.
 void hierarchical_allreduce(ShmCollectives* local, Transport& cross, const Reducer& red,
                             const void* in, void* out, size_t count, DataType dt, ReduceOp op,
-                            double prescale, double postscale, HostBuffer& scratch);
+                            double prescale, double postscale, HostBuffer& scratch, bool stream);
 
 }  // namespace hvdl

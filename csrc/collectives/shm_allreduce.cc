@@ -12,21 +12,20 @@
 // start the next step's IN while peers are still reducing the previous one: with
 // S slots per rank, S steps are in flight, and no rank waits for a whole phase.
 //
-// Writing the slots with ordinary stores looks cheapest (the peers read them straight
-// from this rank's cache), but every step then writes lines that the peers read the
-// step before, and each such store must first take the line back from them. On a
-// virtual machine whose two vCPUs can sit on different core complexes, that took
+// Writing the slots with ordinary stores is cheapest where the ranks share a cache
+// (the peers read them straight from it). Where they do not, every step writes lines
+// that the peers read the step before, and each such store must first take the line
+// back from them: on a VM whose two vCPUs sat on different core complexes that took
 // 28 ms of a 64 MiB allreduce against 4 ms for the copy alone. Non-temporal stores
-// invalidate without waiting for the line, and the peers read from memory instead:
-// 3-4x faster there and no slower where cores share a cache, so they are the default.
+// invalidate without waiting for the line, and the peers read from memory instead.
+// Which case holds can change while a job runs, so the caller picks (path_tuner.h).
 //
-// A rank's own piece of each step never goes through the window raw: it is copied
-// to private memory, reduced there, and only the result is published; this saves
-// reading it back from memory and taking shared lines for the reduction.
+// A rank's own piece of each step never goes through the window raw: it is reduced
+// where it lies (in the output), and only the result is published.
 //
 // Every piece is reduced by exactly one rank and copied by the others, so results
-// are bitwise identical everywhere. Reduce-scatter stops after RED with an OUT of
-// the rank's own piece; allgather skips RED. Hierarchical allreduce uses those two.
+// are bitwise identical everywhere. Reduce-scatter stops after RED; allgather skips
+// RED. Hierarchical allreduce uses those two.
 #include "shm_allreduce.h"
 
 #include <signal.h>
@@ -40,7 +39,7 @@
 
 namespace hvdl {
 namespace {
-enum Counter { kIn = 0, kReduced = 1, kDone = 2 };
+enum Counter { kIn = 0, kReduced = 1, kDone = 2, kAnnounce = 3 };
 }
 
 ShmOptions shm_options_from_env() {
@@ -73,39 +72,71 @@ ShmCollectives::ShmCollectives(std::unique_ptr<ShmWindow> w, const ShmOptions& o
   slot_stride_ = piece_bytes_ * win_->size();
   if (window_bytes(o, win_->size()) > win_->bytes_per_rank())
     throw std::logic_error("shared-memory window smaller than the pipeline needs");
-  own_.reserve(piece_bytes_ * o.slots);
   kill_at_step_ = static_cast<uint64_t>(env_int("SHM_TEST_KILL_AT_STEP", 0));
 }
 
-void ShmCollectives::allreduce(const Reducer& red, const void* in, void* out, size_t count,
-                               DataType dt, ReduceOp op, double prescale, double postscale) {
-  run(Pass::ALLREDUCE, &red, static_cast<const char*>(in), static_cast<char*>(out), count, dt, op,
-      prescale, postscale);
+void ShmCollectives::allreduce(const Reducer& red, const std::vector<Span>& spans, DataType dt,
+                               ReduceOp op, double prescale, double postscale, bool stream) {
+  run(Pass::ALLREDUCE, &red, spans, dt, op, prescale, postscale, stream);
 }
 
 void ShmCollectives::reduce_scatter(const Reducer& red, const void* in, void* out, size_t count,
-                                    DataType dt, ReduceOp op, double prescale, double postscale) {
-  run(Pass::REDUCE_SCATTER, &red, static_cast<const char*>(in), static_cast<char*>(out), count, dt,
-      op, prescale, postscale);
+                                    DataType dt, ReduceOp op, double prescale, double postscale,
+                                    bool stream) {
+  run(Pass::REDUCE_SCATTER, &red, {{in, out, count}}, dt, op, prescale, postscale, stream);
 }
 
-void ShmCollectives::allgather(void* buf, size_t count, DataType dt) {
-  run(Pass::ALLGATHER, nullptr, static_cast<const char*>(buf), static_cast<char*>(buf), count, dt,
-      ReduceOp::SUM, 1.0, 1.0);
+void ShmCollectives::allgather(void* buf, size_t count, DataType dt, bool stream) {
+  run(Pass::ALLGATHER, nullptr, {{buf, buf, count}}, dt, ReduceOp::SUM, 1.0, 1.0, stream);
 }
 
-void ShmCollectives::run(Pass pass, const Reducer* red, const char* in, char* out, size_t count,
-                         DataType dt, ReduceOp op, double prescale, double postscale) {
+void ShmCollectives::announce(uint64_t call, int value) {
+  win_->publish(kAnnounce, call * 8 + static_cast<uint64_t>(value));
+}
+
+int ShmCollectives::await_announcement(uint64_t call) {
+  ShmWindow& w = *win_;
+  w.check_usable();
+  ShmWindow::Waiter waiter(w);
+  try {
+    for (;;) {
+      const uint64_t v = w.counter(0, kAnnounce);
+      if (v / 8 == call) return static_cast<int>(v % 8);
+      if (v / 8 > call) throw std::logic_error("shared-memory collectives out of step");
+      waiter.pause();
+    }
+  } catch (const std::exception& e) {
+    w.abort(e.what());
+    throw;
+  }
+}
+
+void ShmCollectives::run(Pass pass, const Reducer* red, const std::vector<Span>& spans,
+                         DataType dt, ReduceOp op, double prescale, double postscale,
+                         bool stream_in) {
   ShmWindow& w = *win_;
   w.check_usable();
   const int n = w.size(), r = w.rank();
   const size_t es = dtype_size(dt);
+  // Element ranges of the concatenated spans map back to pieces of the spans.
+  std::vector<size_t> starts;
+  size_t count = 0;
+  for (const Span& s : spans) starts.push_back(count), count += s.count;
+  auto each_part = [&](size_t off, size_t len, auto&& fn) {  // fn(span, offset in it, n, done)
+    size_t i = std::upper_bound(starts.begin(), starts.end(), off) - starts.begin() - 1;
+    for (size_t done = 0; done < len; ++i) {
+      const size_t at = off + done - starts[i];
+      const size_t k = std::min(spans[i].count - at, len - done);
+      if (k) fn(spans[i], at, k, done);
+      done += k;
+    }
+  };
   const size_t P = piece_bytes_ / es;
   const size_t steps = (block_count(count, n, 0) + P - 1) / P;  // block 0 is the largest
   if (steps == 0) return;
   const uint64_t K = static_cast<uint64_t>(opts_.slots);
-  const bool stream_in = count * es >= opts_.stream_in_threshold;
-  const bool stream_out = pass != Pass::REDUCE_SCATTER && count * es >= opts_.stream_out_threshold;
+  const size_t bytes = count * es;
+  const bool stream_out = pass != Pass::REDUCE_SCATTER && bytes >= opts_.stream_out_threshold;
 
   // Piece c of block p: its element offset in the buffer and its length.
   auto piece = [&](size_t c, int p, size_t& off) {
@@ -116,7 +147,6 @@ void ShmCollectives::run(Pass pass, const Reducer* red, const char* in, char* ou
   auto slot = [&](int owner, uint64_t g, int p) {
     return w.data(owner) + ((g - 1) % K) * slot_stride_ + p * piece_bytes_;
   };
-  auto own = [&](uint64_t g) { return own_.data() + ((g - 1) % K) * piece_bytes_; };
   auto all_reached = [&](int ctr, uint64_t v) {
     for (int p = 0; p < n; ++p)
       if (p != r && w.counter(p, ctr) < v) return false;
@@ -125,34 +155,42 @@ void ShmCollectives::run(Pass pass, const Reducer* red, const char* in, char* ou
 
   auto copy_in = [&](size_t c, uint64_t g) {
     for (int p = 0; p < n; ++p) {
-      if (pass == Pass::ALLGATHER && p != r) continue;
+      // Our own piece stays where it is until it is reduced (see RED).
+      if (pass == Pass::ALLGATHER ? p != r : p == r) continue;
       size_t off, len = piece(c, p, off);
       if (!len) continue;
-      // Our own piece stays private (and in cache) until it is reduced.
-      const bool mine = p == r && pass != Pass::ALLGATHER;
-      char* dst = mine ? own(g) : slot(r, g, p);
-      copy_bytes(dst, in + off * es, len * es, stream_in && !mine);
+      char* dst = slot(r, g, p);
+      each_part(off, len, [&](const Span& s, size_t at, size_t k, size_t done) {
+        copy_bytes(dst + done * es, static_cast<const char*>(s.in) + at * es, k * es, stream_in);
+      });
       if (red) red->scale(dst, len, dt, prescale);
     }
     if (stream_in) copy_fence();  // streamed stores must land before IN is published
   };
+  // Reduces straight into the output: the input lines were just read, so the sum is
+  // written where they already sit in the cache, and only the result is published.
   auto reduce = [&](size_t c, uint64_t g) {
     size_t off, len = piece(c, r, off);
-    if (!len) return;
-    char* dst = own(g);
-    for (int k = 1; k < n; ++k) red->reduce(dst, slot((r + k) % n, g, r), len, dt, op);
-    red->scale(dst, len, dt, postscale);
-    if (pass == Pass::ALLREDUCE) {  // publish the result for the peers' OUT
-      copy_bytes(slot(r, g, r), dst, len * es, stream_in);
-      if (stream_in) copy_fence();
-    }
+    char* pub = slot(r, g, r);
+    each_part(off, len, [&](const Span& s, size_t at, size_t k, size_t done) {
+      char* dst = static_cast<char*>(s.out) + at * es;
+      if (s.in != s.out) copy_bytes(dst, static_cast<const char*>(s.in) + at * es, k * es, false);
+      red->scale(dst, k, dt, prescale);
+      for (int q = 1; q < n; ++q) red->reduce(dst, slot((r + q) % n, g, r) + done * es, k, dt, op);
+      red->scale(dst, k, dt, postscale);
+      if (pass == Pass::ALLREDUCE) copy_bytes(pub + done * es, dst, k * es, stream_in);
+    });
+    if (pass == Pass::ALLREDUCE && stream_in) copy_fence();
   };
   auto copy_out = [&](size_t c, uint64_t g) {
+    if (pass == Pass::REDUCE_SCATTER) return;  // RED wrote our block, the only one wanted
     for (int p = 0; p < n; ++p) {
-      if (pass == Pass::REDUCE_SCATTER ? p != r : (pass == Pass::ALLGATHER && p == r)) continue;
+      if (p == r) continue;
       size_t off, len = piece(c, p, off);
-      const char* src = p == r && pass != Pass::ALLGATHER ? own(g) : slot(p, g, p);
-      if (len) copy_bytes(out + off * es, src, len * es, stream_out);
+      const char* src = slot(p, g, p);
+      each_part(off, len, [&](const Span& s, size_t at, size_t k, size_t done) {
+        copy_bytes(static_cast<char*>(s.out) + at * es, src + done * es, k * es, stream_out);
+      });
     }
   };
 

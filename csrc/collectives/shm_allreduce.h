@@ -3,6 +3,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "../common/buffer.h"
 #include "../common/dtype.h"
@@ -14,19 +15,32 @@ namespace hvdl {
 struct ShmOptions {
   size_t chunk_bytes = 256u << 10;  // one pipeline step, all ranks' pieces together
   int slots = 4;                    // steps in flight per rank
+  // kAuto for both thresholds below: each allreduce of 1 MiB or more takes the way
+  // measured fastest (path_tuner.h). Setting either fixes the choice by size.
+  static constexpr size_t kAuto = SIZE_MAX;
   // Collectives of at least this many bytes write the staging slots with
-  // non-temporal stores (see shm_allreduce.cc for why: 0 = always) ...
-  size_t stream_in_threshold = 0;
+  // non-temporal stores (see shm_allreduce.cc; 0 = always) ...
+  size_t stream_in_threshold = kAuto;
   // ... and their final output, which will not be read again soon.
   size_t stream_out_threshold = 8u << 20;
   // Allreduces of at least this many bytes go through the ring instead (0: never);
   // see allreduce_algorithm.cc.
-  size_t ring_threshold = 32u << 20;
+  size_t ring_threshold = kAuto;
+  bool tuned() const { return stream_in_threshold == kAuto && ring_threshold == kAuto; }
 };
 
 // Reads HOROVODLITE_SHM_CHUNK_BYTES, _SHM_SLOTS, _SHM_STREAM_IN_THRESHOLD,
 // _SHM_STREAM_OUT_THRESHOLD and _SHM_RING_THRESHOLD.
 ShmOptions shm_options_from_env();
+
+// One tensor of a list that a collective treats as one buffer: its elements follow
+// the previous tensor's. The list is reduced as if packed into a fusion buffer,
+// without the copies into and out of one.
+struct Span {
+  const void* in;
+  void* out;  // may equal in
+  size_t count;
+};
 
 class ShmCollectives {
  public:
@@ -38,26 +52,38 @@ class ShmCollectives {
   int size() const { return win_->size(); }
   const ShmWindow& window() const { return *win_; }
 
-  // out = (sum over ranks of in * prescale) * postscale, for any reduce op; in may
-  // equal out. Bitwise identical on every rank.
-  void allreduce(const Reducer& red, const void* in, void* out, size_t count, DataType dt,
-                 ReduceOp op, double prescale, double postscale);
-  // Like allreduce, but only this rank's block of out (partition.h, `size()` parts)
-  // is written; the rest of out is left alone.
+  // Whether a collective of `bytes` writes the slots with non-temporal stores when
+  // the choice is not tuned. Ranks may choose differently: it changes no result.
+  bool tuned_stream() const { return opts_.stream_in_threshold == ShmOptions::kAuto; }
+  bool fixed_stream(size_t bytes) const {
+    return opts_.stream_in_threshold == ShmOptions::kAuto || bytes >= opts_.stream_in_threshold;
+  }
+
+  // out = (sum over ranks of in * prescale) * postscale, for any reduce op, over the
+  // concatenation of `spans`. Bitwise identical on every rank.
+  void allreduce(const Reducer& red, const std::vector<Span>& spans, DataType dt, ReduceOp op,
+                 double prescale, double postscale, bool stream);
+  // Like allreduce of one span, but only this rank's block of out (partition.h,
+  // `size()` parts) is written; the rest of out is left alone.
   void reduce_scatter(const Reducer& red, const void* in, void* out, size_t count, DataType dt,
-                      ReduceOp op, double prescale, double postscale);
+                      ReduceOp op, double prescale, double postscale, bool stream);
   // Every rank's block of buf is copied into the same block on all the others.
-  void allgather(void* buf, size_t count, DataType dt);
+  void allgather(void* buf, size_t count, DataType dt, bool stream);
+
+  // Rank 0 tells the others a small value (0-7) for its call number `call` (>= 1,
+  // numbered alike on every rank); the others wait for it. Rank 0 cannot get a call
+  // ahead of a rank still waiting, since every call needs all ranks.
+  void announce(uint64_t call, int value);
+  int await_announcement(uint64_t call);
 
  private:
   enum class Pass { ALLREDUCE, REDUCE_SCATTER, ALLGATHER };
-  void run(Pass pass, const Reducer* red, const char* in, char* out, size_t count, DataType dt,
-           ReduceOp op, double prescale, double postscale);
+  void run(Pass pass, const Reducer* red, const std::vector<Span>& spans, DataType dt,
+           ReduceOp op, double prescale, double postscale, bool stream_in);
 
   std::unique_ptr<ShmWindow> win_;
   ShmOptions opts_;
   size_t piece_bytes_ = 0, slot_stride_ = 0;
-  HostBuffer own_;  // this rank's own pieces, one per slot: only it reads them raw
   // Pipeline steps done through this window; the same on every rank, since all run
   // the same passes over the same counts. It numbers the progress counters.
   uint64_t seq_ = 0;

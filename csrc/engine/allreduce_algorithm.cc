@@ -1,12 +1,14 @@
 #include "allreduce_algorithm.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <map>
 #include <sstream>
 #include <stdexcept>
 
 #include "../collectives/hierarchical_allreduce.h"
+#include "../collectives/path_tuner.h"
 #include "../collectives/ring_allreduce.h"
 #include "../collectives/shm_allreduce.h"
 #include "../common/buffer.h"
@@ -17,33 +19,85 @@
 namespace hvdl {
 namespace {
 
-// Every rank on this host. Staging through the window costs each byte a second copy,
-// which the ring avoids when MPI moves its messages with a single copy straight
-// from the peer's memory (CMA): on the 2-core VM this was measured on, the window
-// wins up to 16 MiB (4 MiB: 0.7 ms against 7 ms under load, 0.7 against 2.2 idle),
-// the ring from 64 MiB (idle 8 ms against 10-12; under load, when the peer's time
-// slice is what a pipelined step waits for, 44 ms against 69, since a single-copy
-// transfer needs no help from the peer). Above ring_threshold the ring runs.
+// Every rank on this host. Three ways, all bitwise identical: the shared-memory
+// pipeline writing its slots with ordinary or with non-temporal stores, and the ring,
+// whose messages MPI moves with a single copy straight from the peer's memory (CMA)
+// where the pipeline copies each byte twice. Which is fastest depends on where the
+// vCPUs sit (path_tuner.h has the numbers), so allreduces of 1 MiB or more are timed
+// and the fastest kept; rank 0 decides and announces each such call's way through
+// the window, since all ranks must run the same algorithm. Smaller calls run the
+// pipeline with the last store mode announced: the ring's per-step latency loses there.
 class ShmAllreduce : public AllreduceAlgorithm {
  public:
   ShmAllreduce(std::unique_ptr<ShmWindow> w, const ShmOptions& o, Transport& set)
-      : shm_(std::move(w), o), ring_threshold_(o.ring_threshold), set_(set) {}
+      : shm_(std::move(w), o), opts_(o), set_(set) {}
   const char* name() const override { return "shm"; }
+  const char* phase() const override { return "SHARED_MEMORY_ALLREDUCE"; }
+  bool takes_spans() const override { return true; }
+
   void run(const Reducer& red, const void* in, void* out, size_t count, DataType dt, ReduceOp op,
            double prescale, double postscale) override {
-    const size_t bytes = count * dtype_size(dt);
-    if (ring_threshold_ == 0 || bytes < ring_threshold_)
-      return shm_.allreduce(red, in, out, count, dt, op, prescale, postscale);
-    if (in != out) std::memcpy(out, in, bytes);
-    red.scale(out, count, dt, prescale);
-    ring_allreduce(set_, red, out, count, dt, op, postscale, scratch_);
+    run_spans(red, {{in, out, count}}, dt, op, prescale, postscale);
+  }
+
+  void run_spans(const Reducer& red, const std::vector<Span>& spans, DataType dt, ReduceOp op,
+                 double prescale, double postscale) override {
+    size_t bytes = 0;
+    for (const Span& s : spans) bytes += s.count * dtype_size(dt);
+    const Way way = choose(bytes);
+    const auto t0 = std::chrono::steady_clock::now();
+    if (way == kRing) {
+      for (const Span& s : spans) ring(red, s, dt, op, prescale, postscale);
+    } else {
+      shm_.allreduce(red, spans, dt, op, prescale, postscale, way == kShmStreamed);
+    }
+    if (shm_.rank() == 0 && opts_.tuned())
+      tuner_.record(way, bytes,
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
 
  private:
+  enum Way { kShm = 0, kShmStreamed = 1, kRing = 2 };
+
+  Way choose(size_t bytes) {
+    if (!opts_.tuned()) {
+      if (opts_.ring_threshold != ShmOptions::kAuto && opts_.ring_threshold != 0 &&
+          bytes >= opts_.ring_threshold)
+        return kRing;
+      return shm_.fixed_stream(bytes) ? kShmStreamed : kShm;
+    }
+    if (!tuner_.timed(bytes)) return small_;
+    ++calls_;
+    Way way;
+    if (shm_.rank() == 0) {
+      way = static_cast<Way>(tuner_.choose(bytes));
+      shm_.announce(calls_, way);
+    } else {
+      way = static_cast<Way>(shm_.await_announcement(calls_));
+    }
+    if (way != kRing) small_ = way;
+    return way;
+  }
+
+  void ring(const Reducer& red, const Span& s, DataType dt, ReduceOp op, double prescale,
+            double postscale) {
+    RingOptions o;
+    if (prescale == 1.0) {
+      o.input = s.in;  // reads the input where it lies, no copy into the output first
+    } else {
+      if (s.in != s.out) std::memcpy(s.out, s.in, s.count * dtype_size(dt));
+      red.scale(s.out, s.count, dt, prescale);
+    }
+    ring_allreduce(set_, red, s.out, s.count, dt, op, postscale, scratch_, o);
+  }
+
   ShmCollectives shm_;
-  size_t ring_threshold_;
+  ShmOptions opts_;
   Transport& set_;  // the worker's: it outlives this object
   HostBuffer scratch_;
+  PathTuner tuner_{3};  // rank 0's
+  uint64_t calls_ = 0;  // timed calls, numbered alike on every rank
+  Way small_ = kShm;
 };
 
 class HierarchicalAllreduce : public AllreduceAlgorithm {
@@ -51,16 +105,26 @@ class HierarchicalAllreduce : public AllreduceAlgorithm {
   HierarchicalAllreduce(std::unique_ptr<ShmCollectives> local, std::unique_ptr<Transport> cross)
       : local_(std::move(local)), cross_(std::move(cross)) {}
   const char* name() const override { return "hierarchical"; }
+  const char* phase() const override { return "HIERARCHICAL_ALLREDUCE"; }
   void run(const Reducer& red, const void* in, void* out, size_t count, DataType dt, ReduceOp op,
            double prescale, double postscale) override {
+    // Each rank picks its own store mode (no result depends on it), by timing.
+    const size_t bytes = count * dtype_size(dt);
+    const bool tuned = local_ && local_->tuned_stream() && stream_.timed(bytes);
+    const bool stream = tuned ? stream_.choose(bytes) == 1 : local_ && local_->fixed_stream(bytes);
+    const auto t0 = std::chrono::steady_clock::now();
     hierarchical_allreduce(local_.get(), *cross_, red, in, out, count, dt, op, prescale, postscale,
-                           scratch_);
+                           scratch_, stream);
+    if (tuned)
+      stream_.record(stream, bytes,
+                     std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
 
  private:
   std::unique_ptr<ShmCollectives> local_;  // null when this rank is alone on its host
   std::unique_ptr<Transport> cross_;
   HostBuffer scratch_;
+  PathTuner stream_{2};  // [ordinary, non-temporal] stores in the local passes
 };
 
 // Rank 0's decision, so that ranks with different environments still agree.

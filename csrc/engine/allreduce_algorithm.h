@@ -1,7 +1,7 @@
 // Which allreduce a process set runs on host memory, chosen once when its worker
 // starts, from where its ranks live and the environment:
-//   - every rank on this host: through shared memory ("shm"; the largest messages,
-//     HOROVODLITE_SHM_RING_THRESHOLD and up, still take the ring),
+//   - every rank on this host: "shm", which times the shared-memory pipeline against
+//     the ring and keeps the faster (allreduce_algorithm.cc),
 //   - several hosts with the same number of ranks each: shared memory inside each
 //     host and a ring across hosts ("hierarchical"),
 //   - otherwise (or HOROVODLITE_SHM=0 / HOROVODLITE_HIERARCHICAL_ALLREDUCE=0): the
@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "../collectives/reducer.h"
+#include "../collectives/shm_allreduce.h"
 #include "../common/dtype.h"
 #include "../transport/transport.h"
 
@@ -22,10 +23,17 @@ class AllreduceAlgorithm {
  public:
   virtual ~AllreduceAlgorithm() = default;
   virtual const char* name() const = 0;
+  // Its phase name on the timeline.
+  virtual const char* phase() const = 0;
   // out = (reduction over ranks of in * prescale) * postscale; in may equal out.
   // Host memory only. Throws on failure (a peer died, ...).
   virtual void run(const Reducer& red, const void* in, void* out, size_t count, DataType dt,
                    ReduceOp op, double prescale, double postscale) = 0;
+  // Whether run_spans() works: then many tensors reduce as one, where they lie,
+  // without a fusion buffer, and the fusion planner groups large tensors too.
+  virtual bool takes_spans() const { return false; }
+  virtual void run_spans(const Reducer&, const std::vector<Span>&, DataType, ReduceOp, double,
+                         double) {}
 };
 
 // Collective over `set`. host_of_member[i] is the host index of the set's rank i

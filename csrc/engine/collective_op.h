@@ -44,6 +44,11 @@ class CollectiveOp {
   virtual void validate(const std::vector<const Request*>& reqs, Response& resp) const = 0;
   // Byte size this response occupies in the fusion buffer, or 0 if it never fuses.
   virtual size_t fusion_bytes(const Response&) const { return 0; }
+  // Whether this response fuses without copies into a fusion buffer, through
+  // `host_allreduce` (the process set's, may be null): large tensors then fuse too.
+  virtual bool fuses_in_place(const Response&, const AllreduceAlgorithm* /*host_allreduce*/) const {
+    return false;
+  }
   // Responses that may share one fusion buffer return equal keys.
   virtual std::string fusion_key(const Response&) const { return {}; }
   // Whether execute() handles GPU tensors (it then uses ctx.device, not host calls).

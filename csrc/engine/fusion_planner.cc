@@ -9,18 +9,20 @@ namespace hvdl {
 
 // A tensor this large runs alone, where it lies: its per-collective overhead (tens of
 // microseconds) is small next to its transfer time, while packing it would add a copy
-// in and a copy out of the fusion buffer, which cost more than they save.
+// in and a copy out of the fusion buffer, which cost more than they save. Where an op
+// fuses without copies (fuses_in_place), size no longer argues for running alone.
 constexpr size_t kRunAloneBytes = 256 << 10;
 
 std::vector<std::vector<const Response*>> plan_fusion(const std::vector<Response>& responses,
-                                                      size_t threshold) {
+                                                      size_t threshold,
+                                                      const AllreduceAlgorithm* host_allreduce) {
   std::vector<std::vector<const Response*>> groups;
   std::map<std::string, std::pair<size_t, size_t>> open;  // key -> (group index, bytes)
   for (const Response& r : responses) {
     const CollectiveOp* op = r.ok() ? find_op(r.op) : nullptr;
     size_t bytes = op ? op->fusion_bytes(r) : 0;
     if (!op || bytes == 0 || threshold == 0 || FusionLayout::align(bytes) > threshold ||
-        bytes >= kRunAloneBytes) {
+        (bytes >= kRunAloneBytes && !op->fuses_in_place(r, host_allreduce))) {
       groups.push_back({&r});
       continue;
     }

@@ -9,7 +9,11 @@
 
 namespace hvdl {
 
+class AllreduceAlgorithm;
+
+// host_allreduce: the process set's allreduce on host memory (may be null).
 std::vector<std::vector<const Response*>> plan_fusion(const std::vector<Response>& responses,
-                                                      size_t threshold);
+                                                      size_t threshold,
+                                                      const AllreduceAlgorithm* host_allreduce = nullptr);
 
 }  // namespace hvdl

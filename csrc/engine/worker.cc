@@ -150,7 +150,7 @@ uint64_t Worker::execute(const std::vector<Response>& responses, Timeline* tl,
                          Clock::time_point agreed) {
   uint64_t total_bytes = 0;
   std::vector<size_t> sizes;
-  for (auto& group : plan_fusion(responses, params_.fusion_threshold)) {
+  for (auto& group : plan_fusion(responses, params_.fusion_threshold, allreduce_.get())) {
     std::vector<std::unique_ptr<TensorEntry>> owned;
     std::vector<TensorEntry*> entries;
     for (auto* r : group) {

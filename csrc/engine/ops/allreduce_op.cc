@@ -33,7 +33,7 @@ void reduce_in_place(ExecContext& ctx, void* buf, size_t count, DataType dt, Red
     return;
   }
   if (ctx.allreduce) {
-    PhaseScope p(ctx.phases, "SHARED_MEMORY_ALLREDUCE");
+    PhaseScope p(ctx.phases, ctx.allreduce->phase());
     return ctx.allreduce->run(ctx.reducer, buf, buf, count, dt, op, 1.0, postscale);
   }
   RingOptions ring;
@@ -73,6 +73,10 @@ class AllreduceOp : public CollectiveOp {
 
   size_t fusion_bytes(const Response& r) const override { return numel(r.shape) * dtype_size(r.dtype); }
 
+  bool fuses_in_place(const Response& r, const AllreduceAlgorithm* host) const override {
+    return host && host->takes_spans() && r.device < 0;
+  }
+
   std::string fusion_key(const Response& r) const override {
     std::ostringstream os;
     os << static_cast<int>(r.dtype) << '/' << static_cast<int>(r.reduce_op) << '/' << r.prescale
@@ -95,7 +99,7 @@ class AllreduceOp : public CollectiveOp {
       if (entries[0]) {
         buf = entries[0]->output;
         if (ctx.allreduce) {  // reads the input where it lies: no copy into the output first
-          PhaseScope p(ctx.phases, "SHARED_MEMORY_ALLREDUCE");
+          PhaseScope p(ctx.phases, ctx.allreduce->phase());
           return ctx.allreduce->run(ctx.reducer, entries[0]->input, buf, count, dt, op,
                                     head.prescale, post);
         }
@@ -113,6 +117,22 @@ class AllreduceOp : public CollectiveOp {
     }
 
     FusionLayout layout(group, [&](const Response& r) { return fusion_bytes(r); });
+    if (ctx.allreduce && ctx.allreduce->takes_spans()) {  // the tensors stay where they are
+      std::vector<Span> spans;
+      char* fb = nullptr;
+      for (size_t i = 0; i < group.size(); ++i) {
+        const size_t count = layout.bytes(i) / es;
+        if (entries[i]) {
+          spans.push_back({entries[i]->input, entries[i]->output, count});
+        } else {  // a joined rank contributes identities from the (unused) fusion buffer
+          if (!fb) fb = ctx.fusion.reserve(layout.total_bytes());
+          ctx.device.fill_identity(fb + layout.offset(i), count, dt, op);
+          spans.push_back({fb + layout.offset(i), fb + layout.offset(i), count});
+        }
+      }
+      PhaseScope p(ctx.phases, ctx.allreduce->phase());
+      return ctx.allreduce->run_spans(ctx.reducer, spans, dt, op, head.prescale, post);
+    }
     char* fb = ctx.fusion.reserve(layout.total_bytes());
     std::vector<CopyRegion> in, out;  // one batched copy each way (one kernel on a GPU)
     for (size_t i = 0; i < group.size(); ++i) {

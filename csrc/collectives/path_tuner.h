@@ -1,0 +1,86 @@
+// Picks, while the job runs, the fastest of a few equivalent ways to run a collective,
+// by timing them on the calls themselves.
+//
+// Why not decide once: on the 2-vCPU VM measured, the hypervisor moves the vCPUs
+// during a run, and the winner moves with them (ResNet-50 gradient set, np=2):
+//   - both vCPUs behind one L3: shared memory with ordinary stores 15 ms, with
+//     non-temporal stores 22 ms, the ring over MPI 22 ms;
+//   - vCPUs on different core complexes: ordinary stores 57 ms (each store must
+//     first take the line back from the other complex), non-temporal 17 ms, the ring
+//     (single-copy transfers) 11 ms.
+// So each size class (a power of two: per-call costs make small calls dearer per
+// byte, and a model's gradients come in a few sizes that recur every step) times
+// every option twice, keeps the fastest, and tries the others again later: after 16
+// calls, then after twice as many each time the winner stays (up to 1024), since an
+// exploration of a slow way costs as much as the call. The owner decides whether all
+// ranks must agree on a choice.
+#pragma once
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+namespace hvdl {
+
+class PathTuner {
+ public:
+  static constexpr int kMaxOptions = 4;
+  // Calls below `min_bytes` are too short to time: timed() is false for them.
+  explicit PathTuner(int options, size_t min_bytes = 1u << 20)
+      : options_(options), min_bytes_(min_bytes) {}
+
+  bool timed(size_t bytes) const { return bytes >= min_bytes_; }
+
+  int choose(size_t bytes) {
+    Class& k = classes_[class_of(bytes)];
+    const uint64_t i = k.calls++;
+    if (i < 2 * static_cast<uint64_t>(options_)) return static_cast<int>(i % options_);
+    if (i == 2 * static_cast<uint64_t>(options_)) k.explore_at = i + kFirstInterval;
+    const int best = k.best(options_);
+    if (i < k.explore_at) return best;
+    const uint64_t e = i - k.explore_at;  // look again at the losers, one call each
+    if (e + 2 == static_cast<uint64_t>(options_)) {  // the last of them: plan the next look
+      k.interval = std::min<uint64_t>(2 * k.interval, kMaxInterval);
+      k.explore_at = i + 1 + k.interval;
+    }
+    return (best + 1 + static_cast<int>(e)) % options_;
+  }
+
+  void record(int option, size_t bytes, double seconds) {
+    if (!timed(bytes)) return;
+    Class& k = classes_[class_of(bytes)];
+    const int before = k.best(options_);
+    double& cost = k.cost[option];
+    const double c = seconds / static_cast<double>(bytes);
+    // Slow to trust one sample (a descheduled step can take 10x), but quick enough to
+    // follow a move of the vCPUs within a few explorations.
+    cost = cost == 0 ? c : cost + 0.3 * (c - cost);
+    if (k.best(options_) != before) {  // things move: look often
+      k.interval = kFirstInterval;
+      k.explore_at = std::min(k.explore_at, k.calls + kFirstInterval);
+    }
+  }
+
+ private:
+  static constexpr uint64_t kFirstInterval = 16, kMaxInterval = 1024;
+  static constexpr int kClasses = 8;
+  struct Class {
+    uint64_t calls = 0, explore_at = UINT64_MAX, interval = kFirstInterval;
+    double cost[kMaxOptions] = {0, 0, 0, 0};  // seconds per byte; 0 = not measured
+    int best(int options) const {
+      int b = 0;
+      for (int o = 1; o < options; ++o)
+        if (cost[o] < cost[b]) b = o;
+      return b;
+    }
+  };
+  int class_of(size_t bytes) const {
+    int k = 0;
+    for (size_t b = bytes / min_bytes_; b > 1 && k < kClasses - 1; b >>= 1) ++k;
+    return k;
+  }
+  int options_;
+  size_t min_bytes_;
+  Class classes_[kClasses];
+};
+
+}  // namespace hvdl

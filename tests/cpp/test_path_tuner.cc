@@ -1,0 +1,59 @@
+// PathTuner (csrc/collectives/path_tuner.h) against scripted costs:
+//   g++ -O2 -std=c++17 -I csrc tests/cpp/test_path_tuner.cc -o /tmp/test_path_tuner
+// 1. it tries every option during warm-up, then settles on the cheapest;
+// 2. after settling it keeps looking at the losers, less and less often;
+// 3. when the costs swap (the vCPUs moved), it follows within a few explorations;
+// 4. size classes are independent, and calls below min_bytes are not timed.
+#include <cstdio>
+#include <vector>
+
+#include "collectives/path_tuner.h"
+
+using hvdl::PathTuner;
+
+static int failed = 0;
+#define CHECK(c)                                                \
+  do {                                                          \
+    if (!(c)) {                                                 \
+      std::printf("FAILED line %d: %s\n", __LINE__, #c);        \
+      ++failed;                                                 \
+    }                                                           \
+  } while (0)
+
+// Runs `calls` calls of `bytes` where option o costs cost[o] seconds per MiB; returns
+// how often each option was chosen.
+static std::vector<int> drive(PathTuner& t, size_t bytes, const std::vector<double>& cost, int calls) {
+  std::vector<int> chosen(cost.size(), 0);
+  for (int i = 0; i < calls; ++i) {
+    const int o = t.choose(bytes);
+    chosen[o]++;
+    t.record(o, bytes, cost[o] * bytes / (1 << 20));
+  }
+  return chosen;
+}
+
+int main() {
+  const size_t mib = 1 << 20;
+  {
+    PathTuner t(3);
+    auto c = drive(t, 4 * mib, {2.0, 1.0, 3.0}, 6);
+    CHECK(c[0] == 2 && c[1] == 2 && c[2] == 2);  // warm-up: each twice
+    c = drive(t, 4 * mib, {2.0, 1.0, 3.0}, 2000);
+    CHECK(c[1] > 1960);                 // settled on the cheapest
+    CHECK(c[0] >= 3 && c[2] >= 3);      // ... still looking at the others
+    CHECK(c[0] + c[2] < 30);            // ... rarely (backing off)
+    c = drive(t, 4 * mib, {1.0, 5.0, 3.0}, 1100);  // the costs move
+    CHECK(c[0] > 1000);
+    // Another size class is still cold: its warm-up starts from scratch.
+    c = drive(t, 64 * mib, {3.0, 2.0, 1.0}, 6);
+    CHECK(c[0] == 2 && c[1] == 2 && c[2] == 2);
+    CHECK(!t.timed(mib - 1) && t.timed(mib));
+  }
+  {
+    PathTuner t(2);
+    auto c = drive(t, 2 * mib, {1.0, 4.0}, 500);
+    CHECK(c[0] > 480 && c[1] >= 3);
+  }
+  std::printf("path tuner: %d failed\n", failed);
+  return failed ? 1 : 0;
+}
