@@ -16,7 +16,9 @@ REDUCIBLE = {UINT8, INT8, INT32, INT64, FLOAT16, BFLOAT16, FLOAT32, FLOAT64}
 
 def code_of(dtype, reducible=False, what="tensor"):
     """The core's code for a numpy dtype; TypeError for what we do not support."""
-    code = _TO_CODE.get(np.dtype(dtype))
+    code = _TO_CODE.get(dtype)  # an np.dtype already, mostly: skip the conversion
+    if code is None:
+        code = _TO_CODE.get(np.dtype(dtype))
     if code is None or (reducible and code not in REDUCIBLE):
         allowed = sorted(str(d) for d, c in _TO_CODE.items() if not reducible or c in REDUCIBLE)
         raise TypeError(f"horovodlite: unsupported dtype {np.dtype(dtype)} for {what}; "

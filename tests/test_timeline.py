@@ -88,7 +88,9 @@ def test_timeline_json_and_picture(tmp_path):
     stats = run(N, _job(tmp_path), env={"HOROVODLITE_SHM": "0",  # the phases checked below are the ring's
                                    "HOROVODLITE_TIMELINE": str(trace), "HOROVODLITE_TIMELINE_MARK_CYCLES": "1",
                                         "HOROVODLITE_FUSION_THRESHOLD": str(1 << 20)})
-    assert stats[0]["rounds"] == stats[1]["rounds"]
+    # Rounds are collective; a rank read while a timer-driven round (the timeline's
+    # readiness reports) is already under way counts one more.
+    assert abs(stats[0]["rounds"] - stats[1]["rounds"]) <= 1
 
     # 1. env-started timeline, stopped by stop_timeline()
     data, by_tensor = _events(trace)

@@ -136,7 +136,10 @@ void ShmCollectives::run(Pass pass, const Reducer* red, const std::vector<Span>&
   if (steps == 0) return;
   const uint64_t K = static_cast<uint64_t>(opts_.slots);
   const size_t bytes = count * es;
-  const bool stream_out = pass != Pass::REDUCE_SCATTER && bytes >= opts_.stream_out_threshold;
+  // Non-temporal mode streams the final output too, from its threshold on: it will
+  // not be read again soon. Where the ranks share a cache, neither pays.
+  const bool stream_out =
+      stream_in && pass != Pass::REDUCE_SCATTER && bytes >= opts_.stream_out_threshold;
 
   // Piece c of block p: its element offset in the buffer and its length.
   auto piece = [&](size_t c, int p, size_t& off) {
@@ -172,13 +175,20 @@ void ShmCollectives::run(Pass pass, const Reducer* red, const std::vector<Span>&
   auto reduce = [&](size_t c, uint64_t g) {
     size_t off, len = piece(c, r, off);
     char* pub = slot(r, g, r);
+    // In sub-blocks that stay in L1 from the reduction to the copy that publishes them.
+    const size_t B = std::max<size_t>(1, (16u << 10) / es);
     each_part(off, len, [&](const Span& s, size_t at, size_t k, size_t done) {
-      char* dst = static_cast<char*>(s.out) + at * es;
-      if (s.in != s.out) copy_bytes(dst, static_cast<const char*>(s.in) + at * es, k * es, false);
-      red->scale(dst, k, dt, prescale);
-      for (int q = 1; q < n; ++q) red->reduce(dst, slot((r + q) % n, g, r) + done * es, k, dt, op);
-      red->scale(dst, k, dt, postscale);
-      if (pass == Pass::ALLREDUCE) copy_bytes(pub + done * es, dst, k * es, stream_in);
+      for (size_t i = 0; i < k; i += B) {
+        const size_t m = std::min(B, k - i);
+        char* dst = static_cast<char*>(s.out) + (at + i) * es;
+        if (s.in != s.out)
+          copy_bytes(dst, static_cast<const char*>(s.in) + (at + i) * es, m * es, false);
+        red->scale(dst, m, dt, prescale);
+        for (int q = 1; q < n; ++q)
+          red->reduce(dst, slot((r + q) % n, g, r) + (done + i) * es, m, dt, op);
+        red->scale(dst, m, dt, postscale);
+        if (pass == Pass::ALLREDUCE) copy_bytes(pub + (done + i) * es, dst, m * es, stream_in);
+      }
     });
     if (pass == Pass::ALLREDUCE && stream_in) copy_fence();
   };

@@ -21,7 +21,7 @@ struct ShmOptions {
   // Collectives of at least this many bytes write the staging slots with
   // non-temporal stores (see shm_allreduce.cc; 0 = always) ...
   size_t stream_in_threshold = kAuto;
-  // ... and their final output, which will not be read again soon.
+  // ... and, if they do, so is their final output from this size on.
   size_t stream_out_threshold = 8u << 20;
   // Allreduces of at least this many bytes go through the ring instead (0: never);
   // see allreduce_algorithm.cc.

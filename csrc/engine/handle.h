@@ -29,13 +29,18 @@ struct HandleState {
   std::vector<int64_t> aux;  // alltoall: received splits; join: last joined rank
 
   void complete(Status s) {
-    {
-      std::lock_guard<std::mutex> l(mu);
-      status = std::move(s);
-      done.store(true, std::memory_order_release);
-    }
-    cv.notify_all();
+    settle(std::move(s));
+    notify();
   }
+  // complete() in two halves, so that a group's handles can all be marked done before
+  // any waiter is woken: a caller sharing the core with the worker then finds every
+  // one done, instead of being woken (and switched to) once per tensor.
+  void settle(Status s) {
+    std::lock_guard<std::mutex> l(mu);
+    status = std::move(s);
+    done.store(true, std::memory_order_release);
+  }
+  void notify() { cv.notify_all(); }
   // Small collectives finish within microseconds: check (yielding the core) for a
   // short while before paying for a sleep and a wake-up through the kernel.
   void wait() {

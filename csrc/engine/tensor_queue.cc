@@ -11,6 +11,7 @@ static size_t request_bytes(const Request& q) {
 }
 
 void TensorQueue::push(std::unique_ptr<TensorEntry> e) {
+  bool wake;
   {
     std::lock_guard<std::mutex> l(mu_);
     const std::string& name = e->req.name;
@@ -19,12 +20,19 @@ void TensorQueue::push(std::unique_ptr<TensorEntry> e) {
       throw std::invalid_argument("horovodlite: a collective named '" + name +
                                   "' is already in flight on this rank; names must be unique "
                                   "until the previous one completes");
-    if (fresh_.empty()) oldest_fresh_ = Clock::now();
+    const bool first = fresh_.empty();
+    if (first) oldest_fresh_ = Clock::now();
     fresh_.push_back(name);
     fresh_bytes_ += request_bytes(e->req);
     table_[name] = std::move(e);
+    // Only the first tensor of a batch (the worker then knows when its window closes)
+    // and the one that makes the batch ready need the worker. Waking it for every
+    // tensor in between costs a context switch each where the caller shares its
+    // core: 161 of them per ResNet-50 step.
+    // (Evaluated as at the batch's start: ready now by bytes or a flush, not by time.)
+    wake = first || ready_locked(oldest_fresh_, window_hint_, bytes_hint_);
   }
-  cv_.notify_all();
+  if (wake) cv_.notify_all();
 }
 
 bool TensorQueue::ready_locked(Clock::time_point now, std::chrono::nanoseconds window,
@@ -37,6 +45,7 @@ bool TensorQueue::ready_locked(Clock::time_point now, std::chrono::nanoseconds w
 bool TensorQueue::wait_for_work(std::chrono::nanoseconds timeout,
                                 std::chrono::nanoseconds window, size_t bytes) {
   std::unique_lock<std::mutex> l(mu_);
+  window_hint_ = window, bytes_hint_ = bytes;
   auto now = Clock::now();
   if (ready_locked(now, window, bytes)) return true;
   auto until = now + timeout;

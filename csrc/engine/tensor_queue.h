@@ -2,6 +2,7 @@
 // add entries and wake the thread; the thread takes the fresh requests each round
 // and looks entries up by name when a response says to execute them.
 #pragma once
+#include <cstdint>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -63,6 +64,10 @@ class TensorQueue {
   std::unordered_map<std::string, std::unique_ptr<TensorEntry>> table_;
   std::vector<std::string> fresh_;
   size_t fresh_bytes_ = 0;
+  // The worker's last batching window and byte limit, so push() knows when a
+  // tensor makes the batch ready (a closing window wakes the worker by its timeout).
+  std::chrono::nanoseconds window_hint_{0};
+  size_t bytes_hint_ = SIZE_MAX;
   Clock::time_point oldest_fresh_;
   bool flush_ = false, shutdown_ = false, closed_ = false;
   std::string closed_why_;

@@ -203,8 +203,10 @@ uint64_t Worker::execute(const std::vector<Response>& responses, Timeline* tl,
     if (tl) tl->executed(group, sizes, begin, Clock::now(), trace);
     for (size_t i = 0; i < group.size(); ++i) {
       controller_.executed(*group[i], entries[i] ? &entries[i]->req : nullptr);
-      if (entries[i]) entries[i]->handle->complete(st);
+      if (entries[i]) entries[i]->handle->settle(st);
     }
+    for (auto* e : entries)
+      if (e) e->handle->notify();
   }
   stats_.bytes += total_bytes;
   return total_bytes;

@@ -77,12 +77,7 @@ class AllreduceOp : public CollectiveOp {
     return host && host->takes_spans() && r.device < 0;
   }
 
-  std::string fusion_key(const Response& r) const override {
-    std::ostringstream os;
-    os << static_cast<int>(r.dtype) << '/' << static_cast<int>(r.reduce_op) << '/' << r.prescale
-       << '/' << r.postscale << '/' << r.device;
-    return os.str();
-  }
+  std::string fusion_key(const Response& r) const override { return reduction_fusion_key(r); }
 
   void execute(ExecContext& ctx, const std::vector<const Response*>& group,
                const std::vector<TensorEntry*>& entries) const override {

@@ -50,12 +50,7 @@ class ReducescatterOp : public CollectiveOp {
     return bytes <= kFuseUpToBytes ? bytes + FusionLayout::kAlign * (r.shape[0] + 1) : 0;
   }
 
-  std::string fusion_key(const Response& r) const override {
-    std::ostringstream os;
-    os << static_cast<int>(r.dtype) << '/' << static_cast<int>(r.reduce_op) << '/' << r.prescale
-       << '/' << r.postscale << '/' << r.device;
-    return os.str();
-  }
+  std::string fusion_key(const Response& r) const override { return reduction_fusion_key(r); }
 
   void execute(ExecContext& ctx, const std::vector<const Response*>& group,
                const std::vector<TensorEntry*>& entries) const override {
