@@ -5,8 +5,7 @@ import numpy as np
 from ._loader import _core
 from . import dtypes
 from .basics import Adasum, Average, Sum, _topology
-from . import handles
-from .handles import auto_name, poll, submit, synchronize
+from .handles import auto_name, poll, submit, synchronize, track
 from .process_sets import _set_id, global_process_set
 
 # Core OpType codes.
@@ -51,8 +50,17 @@ def _allreduce_submit(src, dst, name, op, prescale, postscale, process_set, grou
     code = dtypes.code_of(src.dtype, reducible=True, what="allreduce")
     h = _core.enqueue(ALLREDUCE, name, src, dst, code, src.shape, op, float(prescale),
                       float(postscale), -1, -1, (), group, group_size, _set_id(process_set))
-    handles.track(h, (src, dst), lambda h: dst)
+    track(h, (src, dst), lambda h: dst)
     return h
+
+
+def _empty_like(a):
+    """np.empty_like, but large arrays come from the core's output pool: a fresh 64 MiB
+    array costs 16,000 page faults, more than the allreduce itself; a training loop
+    that drops last step's result gets those pages back warm."""
+    if a.nbytes < 1 << 20:
+        return np.empty_like(a)
+    return _core.empty(a.nbytes).view(a.dtype).reshape(a.shape)
 
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
@@ -60,7 +68,7 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
     _topology()
     op = resolve_op(op, average)
     src = np.asarray(tensor, order="C")  # keeps 0-d (ascontiguousarray makes it 1-d)
-    return _allreduce_submit(src, np.empty_like(src), auto_name("allreduce", name, process_set), op,
+    return _allreduce_submit(src, _empty_like(src), auto_name("allreduce", name, process_set), op,
                              prescale_factor, postscale_factor, process_set)
 
 
@@ -108,7 +116,7 @@ def _grouped(tensors, in_place, average, name, op, prescale_factor, postscale_fa
             src = dst = _writable_contiguous(t, "grouped_allreduce_ (in place)")
         else:
             src = np.asarray(t, order="C")
-            dst = np.empty_like(src)
+            dst = _empty_like(src)
         handles.append(_allreduce_submit(src, dst, f"{base}.{i}", op, prescale_factor,
                                          postscale_factor, process_set, group=base,
                                          group_size=len(tensors)))

@@ -83,15 +83,20 @@ void wait(int64_t h) {
 
 // Engine-owned output as a flat uint8 array that keeps the memory alive; the Python
 // layer views it with the right dtype and shape (no copy).
+// A flat uint8 array over `block`, which it keeps alive.
+py::object pooled_array(std::shared_ptr<void> block, size_t bytes) {
+  auto* keep = new std::shared_ptr<void>(block);
+  py::capsule owner(keep, [](void* p) { delete static_cast<std::shared_ptr<void>*>(p); });
+  return py::array_t<uint8_t>({static_cast<py::ssize_t>(bytes)}, {1},
+                              static_cast<uint8_t*>(block.get()), owner);
+}
+
 py::object output(int64_t h) {
   auto st = Engine::get().handle(h);
   if (!st->out) return py::none();
   size_t bytes = dtype_size(st->out_dtype);
   for (auto d : st->out_shape) bytes *= static_cast<size_t>(d);
-  auto* keep = new std::shared_ptr<void>(st->out);
-  py::capsule owner(keep, [](void* p) { delete static_cast<std::shared_ptr<void>*>(p); });
-  return py::array_t<uint8_t>({static_cast<py::ssize_t>(bytes)}, {1},
-                              static_cast<uint8_t*>(st->out.get()), owner);
+  return pooled_array(st->out, bytes);
 }
 
 }  // namespace
@@ -136,6 +141,8 @@ PYBIND11_MODULE(_core, m) {
   m.def("wait", &wait);
   m.def("release", [](int64_t h) { Engine::get().release(h); });
   m.def("output", &output);
+  // Uninitialised bytes from the output pool: large results reuse warm pages.
+  m.def("empty", [](size_t bytes) { return pooled_array(OutputPool::get().allocate(bytes), bytes); });
   m.def("output_shape", [](int64_t h) { return Engine::get().handle(h)->out_shape; });
   m.def("aux", [](int64_t h) { return Engine::get().handle(h)->aux; });
   m.attr("JOIN_NAME") = kJoinName;
