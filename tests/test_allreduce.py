@@ -79,3 +79,31 @@ def test_no_cycle_time_and_small_ring_segments():
         out["digests"].update(m["digests"])
         return out
     """, env={"HOROVODLITE_CYCLE_TIME": "0", "HOROVODLITE_RING_SEGMENT_BYTES": "4096"})
+
+
+def test_pooled_outputs_stay_valid_and_are_reused():
+    """Large out-of-place results come from the core's output pool: a live result is
+    never handed out again, a dropped one is (no fresh pages), every dtype views it."""
+    res = run(2, """
+    import ml_dtypes
+    from horovodlite._loader import _core
+
+    def main(hvd):
+        r, n = hvd.rank(), hvd.size()
+        out = {}
+        for dt in (np.float32, ml_dtypes.bfloat16, np.int64):
+            x = np.full((512, 1024), r + 1, dt)
+            keep = [hvd.allreduce(x, op=hvd.Sum, name=f"k.{np.dtype(dt).name}.{i}") for i in range(3)]
+            addrs = {k.ctypes.data for k in keep}
+            out[np.dtype(dt).name] = len(addrs) == 3 and all(
+                k.shape == (512, 1024) and k.dtype == np.dtype(dt) and (k == n * (n + 1) // 2).all()
+                for k in keep)
+        y = hvd.allreduce(np.ones(1 << 20, np.float32), op=hvd.Sum, name="a")
+        first = y.ctypes.data
+        del y
+        z = hvd.allreduce(np.ones(1 << 20, np.float32), op=hvd.Sum, name="b")
+        out["reused"] = z.ctypes.data == first and (z == n).all()
+        return out
+    """)
+    for r in res:
+        assert all(r.values()), r
