@@ -8,8 +8,10 @@
 //   - vCPUs on different core complexes: ordinary stores 57 ms (each store must
 //     first take the line back from the other complex), non-temporal 17 ms, the ring
 //     (single-copy transfers) 11 ms.
-// So each size class (a power of two: per-call costs make small calls dearer per
-// byte, and a model's gradients come in a few sizes that recur every step) times
+// So each class of call (a power of two of bytes, since per-call costs make small
+// calls dearer per byte and a model's gradients come in a few sizes that recur every
+// step; and a `kind` the owner names, for calls whose ways cost differently, such
+// as one tensor against a batch of them, where the ring runs once per tensor) times
 // every option twice, keeps the fastest, and tries the others again later: after 16
 // calls, then after twice as many each time the winner stays (up to 1024), since an
 // exploration of a slow way costs as much as the call. The owner decides whether all
@@ -30,8 +32,8 @@ class PathTuner {
 
   bool timed(size_t bytes) const { return bytes >= min_bytes_; }
 
-  int choose(size_t bytes) {
-    Class& k = classes_[class_of(bytes)];
+  int choose(size_t bytes, int kind = 0) {
+    Class& k = classes_[class_of(bytes, kind)];
     const uint64_t i = k.calls++;
     if (i < 2 * static_cast<uint64_t>(options_)) return static_cast<int>(i % options_);
     if (i == 2 * static_cast<uint64_t>(options_)) k.explore_at = i + kFirstInterval;
@@ -45,9 +47,9 @@ class PathTuner {
     return (best + 1 + static_cast<int>(e)) % options_;
   }
 
-  void record(int option, size_t bytes, double seconds) {
+  void record(int option, size_t bytes, double seconds, int kind = 0) {
     if (!timed(bytes)) return;
-    Class& k = classes_[class_of(bytes)];
+    Class& k = classes_[class_of(bytes, kind)];
     const int before = k.best(options_);
     double& cost = k.cost[option];
     const double c = seconds / static_cast<double>(bytes);
@@ -62,7 +64,7 @@ class PathTuner {
 
  private:
   static constexpr uint64_t kFirstInterval = 16, kMaxInterval = 1024;
-  static constexpr int kClasses = 8;
+  static constexpr int kSizes = 8, kKinds = 2;
   struct Class {
     uint64_t calls = 0, explore_at = UINT64_MAX, interval = kFirstInterval;
     double cost[kMaxOptions] = {0, 0, 0, 0};  // seconds per byte; 0 = not measured
@@ -73,14 +75,14 @@ class PathTuner {
       return b;
     }
   };
-  int class_of(size_t bytes) const {
+  int class_of(size_t bytes, int kind) const {
     int k = 0;
-    for (size_t b = bytes / min_bytes_; b > 1 && k < kClasses - 1; b >>= 1) ++k;
-    return k;
+    for (size_t b = bytes / min_bytes_; b > 1 && k < kSizes - 1; b >>= 1) ++k;
+    return (kind % kKinds) * kSizes + k;
   }
   int options_;
   size_t min_bytes_;
-  Class classes_[kClasses];
+  Class classes_[kSizes * kKinds];
 };
 
 }  // namespace hvdl

@@ -44,7 +44,8 @@ class ShmAllreduce : public AllreduceAlgorithm {
                  double prescale, double postscale) override {
     size_t bytes = 0;
     for (const Span& s : spans) bytes += s.count * dtype_size(dt);
-    const Way way = choose(bytes);
+    const int kind = spans.size() > 1;  // a batch: the ring runs once per tensor
+    const Way way = choose(bytes, kind);
     const auto t0 = std::chrono::steady_clock::now();
     if (way == kRing) {
       for (const Span& s : spans) ring(red, s, dt, op, prescale, postscale);
@@ -53,13 +54,14 @@ class ShmAllreduce : public AllreduceAlgorithm {
     }
     if (shm_.rank() == 0 && opts_.tuned())
       tuner_.record(way, bytes,
-                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+                    kind);
   }
 
  private:
   enum Way { kShm = 0, kShmStreamed = 1, kRing = 2 };
 
-  Way choose(size_t bytes) {
+  Way choose(size_t bytes, int kind) {
     if (!opts_.tuned()) {
       if (opts_.ring_threshold != ShmOptions::kAuto && opts_.ring_threshold != 0 &&
           bytes >= opts_.ring_threshold)
@@ -70,7 +72,7 @@ class ShmAllreduce : public AllreduceAlgorithm {
     ++calls_;
     Way way;
     if (shm_.rank() == 0) {
-      way = static_cast<Way>(tuner_.choose(bytes));
+      way = static_cast<Way>(tuner_.choose(bytes, kind));
       shm_.announce(calls_, way);
     } else {
       way = static_cast<Way>(shm_.await_announcement(calls_));

@@ -3,7 +3,7 @@
 // 1. it tries every option during warm-up, then settles on the cheapest;
 // 2. after settling it keeps looking at the losers, less and less often;
 // 3. when the costs swap (the vCPUs moved), it follows within a few explorations;
-// 4. size classes are independent, and calls below min_bytes are not timed.
+// 4. size classes and kinds are independent, and calls below min_bytes are not timed.
 #include <cstdio>
 #include <vector>
 
@@ -48,6 +48,10 @@ int main() {
     c = drive(t, 64 * mib, {3.0, 2.0, 1.0}, 6);
     CHECK(c[0] == 2 && c[1] == 2 && c[2] == 2);
     CHECK(!t.timed(mib - 1) && t.timed(mib));
+    // So is another kind of call of the same size.
+    std::vector<int> k(3, 0);
+    for (int i = 0; i < 6; ++i) k[t.choose(4 * mib, 1)]++;
+    CHECK(k[0] == 2 && k[1] == 2 && k[2] == 2);
   }
   {
     PathTuner t(2);
