@@ -1,6 +1,7 @@
 // Allreduce: every rank contributes a tensor of the same shape; all get the reduction.
 // Small tensors share the fusion buffer (one ring for many tensors); a lone tensor is
-// reduced where it lies, so a large in-place allreduce copies nothing. Data moves only
+// reduced where it lies, so a large allreduce copies nothing (out of place, the host
+// ring reads the input and writes only the output). Data moves only
 // through ctx.device, so the same code runs on host memory and on a GPU (where NCCL,
 // when the device has it, replaces the ring).
 #include <sstream>
@@ -97,6 +98,15 @@ class AllreduceOp : public CollectiveOp {
           PhaseScope p(ctx.phases, ctx.allreduce->phase());
           return ctx.allreduce->run(ctx.reducer, entries[0]->input, buf, count, dt, op,
                                     head.prescale, post);
+        }
+        if (buf != entries[0]->input && count && ctx.device.ordinal() < 0 &&
+            head.prescale == 1.0) {  // the host ring reads the input where it lies
+          RingOptions ring;
+          ring.segment_bytes = ctx.segment_bytes;
+          ring.phases = ctx.phases;
+          ring.input = entries[0]->input;
+          ring_allreduce(ctx.transport, ctx.reducer, buf, count, dt, op, post, ctx.scratch, ring);
+          return;
         }
         if (buf != entries[0]->input && count) {
           PhaseScope p(ctx.phases, "MEMCPY_IN_OUTPUT");
