@@ -51,8 +51,8 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
     _topology()
     op = resolve_op(op, average)
     src = cupy.ascontiguousarray(_check_array(tensor, "allreduce"))
-    return _submit(src, cupy.empty_like(src), auto_name("allreduce", name), op, prescale_factor,
-                   postscale_factor, process_set)
+    return _submit(src, cupy.empty_like(src), auto_name("allreduce", name, process_set), op,
+                   prescale_factor, postscale_factor, process_set)
 
 
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
@@ -60,8 +60,8 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
     _topology()
     op = resolve_op(op, average)
     t = _check_array(tensor, "allreduce_ (in place)", writable=True)
-    return _submit(t, t, auto_name("allreduce", name), op, prescale_factor, postscale_factor,
-                   process_set)
+    return _submit(t, t, auto_name("allreduce", name, process_set), op, prescale_factor,
+                   postscale_factor, process_set)
 
 
 def allreduce(tensor, average=None, name=None, compression=None, op=None, prescale_factor=1.0,
@@ -91,7 +91,7 @@ def _grouped(tensors, in_place, average, name, op, prescale_factor, postscale_fa
              process_set):
     _topology()
     op = resolve_op(op, average)
-    base = auto_name("grouped_allreduce", name)
+    base = auto_name("grouped_allreduce", name, process_set)
     handles = []
     for i, t in enumerate(tensors):
         if in_place:
