@@ -6,7 +6,6 @@
 // host-to-host link carries a ring of its own.
 #include "hierarchical_allreduce.h"
 
-#include <cstring>
 
 #include "partition.h"
 #include "ring_allreduce.h"
@@ -18,12 +17,8 @@ void hierarchical_allreduce(ShmCollectives* local, Transport& cross, const Reduc
                             double prescale, double postscale, HostBuffer& scratch, bool stream) {
   const size_t es = dtype_size(dt);
   char* o = static_cast<char*>(out);
-  if (!local || local->size() == 1) {
-    if (in != out && count) std::memcpy(out, in, count * es);
-    red.scale(out, count, dt, prescale);
-    ring_allreduce(cross, red, out, count, dt, op, postscale, scratch);
-    return;
-  }
+  if (!local || local->size() == 1)
+    return ring_allreduce_host(cross, red, in, out, count, dt, op, prescale, postscale, scratch);
   const int nl = local->size(), lr = local->rank();
   local->reduce_scatter(red, in, out, count, dt, op, prescale, 1.0, stream);
   ring_allreduce(cross, red, o + block_offset(count, nl, lr) * es, block_count(count, nl, lr), dt,

@@ -34,4 +34,17 @@ void ring_allreduce(Transport& t, const Reducer& red, void* buf, size_t count, D
   if (obs) obs->end("RING_ALLGATHER");
 }
 
+void ring_allreduce_host(Transport& t, const Reducer& red, const void* in, void* out, size_t count,
+                         DataType dt, ReduceOp op, double prescale, double postscale,
+                         Buffer& scratch, RingOptions opts) {
+  opts.input = nullptr;
+  if (prescale == 1.0) {
+    if (in != out) opts.input = in;
+  } else {
+    if (in != out && count) std::memcpy(out, in, count * dtype_size(dt));
+    red.scale(out, count, dt, prescale);
+  }
+  ring_allreduce(t, red, out, count, dt, op, postscale, scratch, opts);
+}
+
 }  // namespace hvdl

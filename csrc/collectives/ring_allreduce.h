@@ -29,4 +29,11 @@ void ring_allreduce(Transport& t, const Reducer& red, void* buf, size_t count, D
                     ReduceOp op, double postscale, Buffer& scratch,
                     const RingOptions& opts = RingOptions());
 
+// out = allreduce(in * prescale) * postscale in host memory; in may equal out. Without
+// a prescale the input is read where it lies (RingOptions::input); with one, it is
+// copied into `out` and scaled there first. opts.input is ignored.
+void ring_allreduce_host(Transport& t, const Reducer& red, const void* in, void* out, size_t count,
+                         DataType dt, ReduceOp op, double prescale, double postscale,
+                         Buffer& scratch, RingOptions opts = RingOptions());
+
 }  // namespace hvdl

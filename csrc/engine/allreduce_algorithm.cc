@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstring>
 #include <map>
 #include <sstream>
 #include <stdexcept>
@@ -48,7 +47,8 @@ class ShmAllreduce : public AllreduceAlgorithm {
     const Way way = choose(bytes, kind);
     const auto t0 = std::chrono::steady_clock::now();
     if (way == kRing) {
-      for (const Span& s : spans) ring(red, s, dt, op, prescale, postscale);
+      for (const Span& s : spans)
+        ring_allreduce_host(set_, red, s.in, s.out, s.count, dt, op, prescale, postscale, scratch_);
     } else {
       shm_.allreduce(red, spans, dt, op, prescale, postscale, way == kShmStreamed);
     }
@@ -79,18 +79,6 @@ class ShmAllreduce : public AllreduceAlgorithm {
     }
     if (way != kRing) small_ = way;
     return way;
-  }
-
-  void ring(const Reducer& red, const Span& s, DataType dt, ReduceOp op, double prescale,
-            double postscale) {
-    RingOptions o;
-    if (prescale == 1.0) {
-      o.input = s.in;  // reads the input where it lies, no copy into the output first
-    } else {
-      if (s.in != s.out) std::memcpy(s.out, s.in, s.count * dtype_size(dt));
-      red.scale(s.out, s.count, dt, prescale);
-    }
-    ring_allreduce(set_, red, s.out, s.count, dt, op, postscale, scratch_, o);
   }
 
   ShmCollectives shm_;

@@ -26,6 +26,13 @@ std::string fmt(double v) {
   return os.str();
 }
 
+RingOptions ring_options(const ExecContext& ctx) {
+  RingOptions ring;
+  ring.segment_bytes = ctx.segment_bytes;
+  ring.phases = ctx.phases;
+  return ring;
+}
+
 void reduce_in_place(ExecContext& ctx, void* buf, size_t count, DataType dt, ReduceOp op,
                      double postscale) {
   if (DeviceCollectives* lib = ctx.device.collectives()) {
@@ -37,10 +44,8 @@ void reduce_in_place(ExecContext& ctx, void* buf, size_t count, DataType dt, Red
     PhaseScope p(ctx.phases, ctx.allreduce->phase());
     return ctx.allreduce->run(ctx.reducer, buf, buf, count, dt, op, 1.0, postscale);
   }
-  RingOptions ring;
-  ring.segment_bytes = ctx.segment_bytes;
-  ring.phases = ctx.phases;
-  ring_allreduce(ctx.transport, ctx.reducer, buf, count, dt, op, postscale, ctx.scratch, ring);
+  ring_allreduce(ctx.transport, ctx.reducer, buf, count, dt, op, postscale, ctx.scratch,
+                 ring_options(ctx));
 }
 
 class AllreduceOp : public CollectiveOp {
@@ -99,15 +104,9 @@ class AllreduceOp : public CollectiveOp {
           return ctx.allreduce->run(ctx.reducer, entries[0]->input, buf, count, dt, op,
                                     head.prescale, post);
         }
-        if (buf != entries[0]->input && count && ctx.device.ordinal() < 0 &&
-            head.prescale == 1.0) {  // the host ring reads the input where it lies
-          RingOptions ring;
-          ring.segment_bytes = ctx.segment_bytes;
-          ring.phases = ctx.phases;
-          ring.input = entries[0]->input;
-          ring_allreduce(ctx.transport, ctx.reducer, buf, count, dt, op, post, ctx.scratch, ring);
-          return;
-        }
+        if (ctx.device.ordinal() < 0)  // the host ring reads the input where it lies
+          return ring_allreduce_host(ctx.transport, ctx.reducer, entries[0]->input, buf, count,
+                                     dt, op, head.prescale, post, ctx.scratch, ring_options(ctx));
         if (buf != entries[0]->input && count) {
           PhaseScope p(ctx.phases, "MEMCPY_IN_OUTPUT");
           ctx.device.copy(buf, entries[0]->input, count * es);
