@@ -14,15 +14,17 @@ namespace hvdl {
 
 void hierarchical_allreduce(ShmCollectives* local, Transport& cross, const Reducer& red,
                             const void* in, void* out, size_t count, DataType dt, ReduceOp op,
-                            double prescale, double postscale, HostBuffer& scratch, bool stream) {
+                            double prescale, double postscale, HostBuffer& scratch, bool stream,
+                            const RingOptions& ring) {
   const size_t es = dtype_size(dt);
   char* o = static_cast<char*>(out);
   if (!local || local->size() == 1)
-    return ring_allreduce_host(cross, red, in, out, count, dt, op, prescale, postscale, scratch);
+    return ring_allreduce_host(cross, red, in, out, count, dt, op, prescale, postscale, scratch,
+                               ring);
   const int nl = local->size(), lr = local->rank();
   local->reduce_scatter(red, in, out, count, dt, op, prescale, 1.0, stream);
   ring_allreduce(cross, red, o + block_offset(count, nl, lr) * es, block_count(count, nl, lr), dt,
-                 op, postscale, scratch);
+                 op, postscale, scratch, ring);
   local->allgather(out, count, dt, stream);
 }
 

@@ -5,6 +5,7 @@
 #include "../common/dtype.h"
 #include "../transport/transport.h"
 #include "reducer.h"
+#include "ring_allreduce.h"
 #include "shm_allreduce.h"
 
 namespace hvdl {
@@ -15,6 +16,7 @@ namespace hvdl {
 // `stream`: the local passes write their slots with non-temporal stores.
 void hierarchical_allreduce(ShmCollectives* local, Transport& cross, const Reducer& red,
                             const void* in, void* out, size_t count, DataType dt, ReduceOp op,
-                            double prescale, double postscale, HostBuffer& scratch, bool stream);
+                            double prescale, double postscale, HostBuffer& scratch, bool stream,
+                            const RingOptions& ring);
 
 }  // namespace hvdl

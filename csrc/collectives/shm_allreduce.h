@@ -27,6 +27,11 @@ struct ShmOptions {
   // see allreduce_algorithm.cc.
   size_t ring_threshold = kAuto;
   bool tuned() const { return stream_in_threshold == kAuto && ring_threshold == kAuto; }
+  // Non-temporal stores for a collective of `bytes` when the choice is fixed by size;
+  // kAuto with nothing timed: ordinary stores, cheapest where the ranks share a cache.
+  bool fixed_stream(size_t bytes) const {
+    return stream_in_threshold != kAuto && bytes >= stream_in_threshold;
+  }
 };
 
 // Reads HOROVODLITE_SHM_CHUNK_BYTES, _SHM_SLOTS, _SHM_STREAM_IN_THRESHOLD,
@@ -50,14 +55,6 @@ class ShmCollectives {
 
   int rank() const { return win_->rank(); }
   int size() const { return win_->size(); }
-  const ShmWindow& window() const { return *win_; }
-
-  // Whether a collective of `bytes` writes the slots with non-temporal stores when
-  // the choice is not tuned. Ranks may choose differently: it changes no result.
-  bool tuned_stream() const { return opts_.stream_in_threshold == ShmOptions::kAuto; }
-  bool fixed_stream(size_t bytes) const {
-    return opts_.stream_in_threshold == ShmOptions::kAuto || bytes >= opts_.stream_in_threshold;
-  }
 
   // out = (sum over ranks of in * prescale) * postscale, for any reduce op, over the
   // concatenation of `spans`. Bitwise identical on every rank.

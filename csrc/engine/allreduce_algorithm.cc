@@ -35,12 +35,12 @@ class ShmAllreduce : public AllreduceAlgorithm {
   bool takes_spans() const override { return true; }
 
   void run(const Reducer& red, const void* in, void* out, size_t count, DataType dt, ReduceOp op,
-           double prescale, double postscale) override {
-    run_spans(red, {{in, out, count}}, dt, op, prescale, postscale);
+           double prescale, double postscale, const RingOptions& ring) override {
+    run_spans(red, {{in, out, count}}, dt, op, prescale, postscale, ring);
   }
 
   void run_spans(const Reducer& red, const std::vector<Span>& spans, DataType dt, ReduceOp op,
-                 double prescale, double postscale) override {
+                 double prescale, double postscale, const RingOptions& ring) override {
     size_t bytes = 0;
     for (const Span& s : spans) bytes += s.count * dtype_size(dt);
     const int kind = spans.size() > 1;  // a batch: the ring runs once per tensor
@@ -48,14 +48,12 @@ class ShmAllreduce : public AllreduceAlgorithm {
     const auto t0 = std::chrono::steady_clock::now();
     if (way == kRing) {
       for (const Span& s : spans)
-        ring_allreduce_host(set_, red, s.in, s.out, s.count, dt, op, prescale, postscale, scratch_);
+        ring_allreduce_host(set_, red, s.in, s.out, s.count, dt, op, prescale, postscale, scratch_,
+                            ring);
     } else {
       shm_.allreduce(red, spans, dt, op, prescale, postscale, way == kShmStreamed);
     }
-    if (shm_.rank() == 0 && opts_.tuned())
-      tuner_.record(way, bytes,
-                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
-                    kind);
+    if (shm_.rank() == 0 && opts_.tuned()) tuner_.record(way, bytes, seconds_since(t0), kind);
   }
 
  private:
@@ -66,7 +64,7 @@ class ShmAllreduce : public AllreduceAlgorithm {
       if (opts_.ring_threshold != ShmOptions::kAuto && opts_.ring_threshold != 0 &&
           bytes >= opts_.ring_threshold)
         return kRing;
-      return shm_.fixed_stream(bytes) ? kShmStreamed : kShm;
+      return opts_.fixed_stream(bytes) ? kShmStreamed : kShm;
     }
     if (!tuner_.timed(bytes)) return small_;
     ++calls_;
@@ -92,29 +90,33 @@ class ShmAllreduce : public AllreduceAlgorithm {
 
 class HierarchicalAllreduce : public AllreduceAlgorithm {
  public:
-  HierarchicalAllreduce(std::unique_ptr<ShmCollectives> local, std::unique_ptr<Transport> cross)
-      : local_(std::move(local)), cross_(std::move(cross)) {}
+  HierarchicalAllreduce(std::unique_ptr<ShmCollectives> local, std::unique_ptr<Transport> cross,
+                        const ShmOptions& o)
+      : local_(std::move(local)), cross_(std::move(cross)), opts_(o) {}
   const char* name() const override { return "hierarchical"; }
   const char* phase() const override { return "HIERARCHICAL_ALLREDUCE"; }
   void run(const Reducer& red, const void* in, void* out, size_t count, DataType dt, ReduceOp op,
-           double prescale, double postscale) override {
-    // Each rank picks its own store mode (no result depends on it), by timing.
+           double prescale, double postscale, const RingOptions& ring) override {
+    // Each rank picks its own store mode (no result depends on it), by timing, and
+    // like ShmAllreduce keeps the last timed choice for calls too short to time.
     const size_t bytes = count * dtype_size(dt);
-    const bool tuned = local_ && local_->tuned_stream() && stream_.timed(bytes);
-    const bool stream = tuned ? stream_.choose(bytes) == 1 : local_ && local_->fixed_stream(bytes);
+    const bool tuned = opts_.stream_in_threshold == ShmOptions::kAuto;
+    const bool timed = tuned && stream_.timed(bytes);
+    bool stream = tuned ? small_stream_ : opts_.fixed_stream(bytes);
+    if (timed) small_stream_ = stream = stream_.choose(bytes) == 1;
     const auto t0 = std::chrono::steady_clock::now();
     hierarchical_allreduce(local_.get(), *cross_, red, in, out, count, dt, op, prescale, postscale,
-                           scratch_, stream);
-    if (tuned)
-      stream_.record(stream, bytes,
-                     std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+                           scratch_, stream, ring);
+    if (timed) stream_.record(stream, bytes, seconds_since(t0));
   }
 
  private:
   std::unique_ptr<ShmCollectives> local_;  // null when this rank is alone on its host
   std::unique_ptr<Transport> cross_;
   HostBuffer scratch_;
+  ShmOptions opts_;
   PathTuner stream_{2};  // [ordinary, non-temporal] stores in the local passes
+  bool small_stream_ = false;
 };
 
 // Rank 0's decision, so that ranks with different environments still agree.
@@ -200,7 +202,7 @@ std::unique_ptr<AllreduceAlgorithm> make_allreduce_algorithm(Transport& set,
   if (!all) return nullptr;
   HVDL_LOG(DEBUG) << "allreduce: hierarchical, " << host_ids.size() << " hosts x "
                   << n / host_ids.size() << " ranks";
-  return std::make_unique<HierarchicalAllreduce>(std::move(local), std::move(cross_t));
+  return std::make_unique<HierarchicalAllreduce>(std::move(local), std::move(cross_t), opts);
 }
 
 }  // namespace hvdl

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "../collectives/reducer.h"
+#include "../collectives/ring_allreduce.h"
 #include "../collectives/shm_allreduce.h"
 #include "../common/dtype.h"
 #include "../transport/transport.h"
@@ -26,14 +27,15 @@ class AllreduceAlgorithm {
   // Its phase name on the timeline.
   virtual const char* phase() const = 0;
   // out = (reduction over ranks of in * prescale) * postscale; in may equal out.
-  // Host memory only. Throws on failure (a peer died, ...).
+  // Host memory only. `ring`: the set's ring settings, for any ring it runs.
+  // Throws on failure (a peer died, ...).
   virtual void run(const Reducer& red, const void* in, void* out, size_t count, DataType dt,
-                   ReduceOp op, double prescale, double postscale) = 0;
+                   ReduceOp op, double prescale, double postscale, const RingOptions& ring) = 0;
   // Whether run_spans() works: then many tensors reduce as one, where they lie,
   // without a fusion buffer, and the fusion planner groups large tensors too.
   virtual bool takes_spans() const { return false; }
   virtual void run_spans(const Reducer&, const std::vector<Span>&, DataType, ReduceOp, double,
-                         double) {}
+                         double, const RingOptions&) {}
 };
 
 // Collective over `set`. host_of_member[i] is the host index of the set's rank i

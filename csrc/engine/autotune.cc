@@ -91,10 +91,7 @@ void Autotuner::applied(const Tunables& t, Clock::time_point now) {
   current_ = t;
   if (!has_proposal_ || !t.same_values(proposal_)) return;
   has_proposal_ = false;
-  if (t.final) {
-    done_ = true;
-    return;
-  }
+  if (t.final) return;
   measuring_ = true;
   window_open_ = false;
   anchor_.clear();

@@ -35,7 +35,6 @@ class Autotuner {
   void applied(const Tunables& t, Clock::time_point now);
   // After each round: what it executed and how many bytes that moved.
   void record(const std::vector<Response>& executed, uint64_t bytes, Clock::time_point now);
-  bool done() const { return done_; }
 
  private:
   struct Knob {
@@ -57,7 +56,7 @@ class Autotuner {
 
   std::vector<Knob> knobs_;
   Tunables current_, proposal_, best_;
-  bool has_proposal_ = false, measuring_ = false, done_ = false;
+  bool has_proposal_ = false, measuring_ = false;
   size_t knob_ = 0, cand_ = 0;
   std::vector<Tunables> confirm_;  // settings re-measured in turn at the end
   size_t confirm_pos_ = 0;

@@ -1,7 +1,6 @@
 #include "collective_op.h"
 
 #include <array>
-#include <cstdio>
 
 namespace hvdl {
 
@@ -23,13 +22,6 @@ std::string mismatch_error(const Request& any, const std::string& what,
                            const std::string& detail) {
   return std::string("horovodlite: ") + op_type_name(any.op) + " '" + any.name +
          "': mismatched " + what + " across ranks: " + detail;
-}
-
-std::string reduction_fusion_key(const Response& r) {
-  char buf[96];  // %a: the exact bits of each factor
-  int n = std::snprintf(buf, sizeof buf, "%d/%d/%a/%a/%d", static_cast<int>(r.dtype),
-                        static_cast<int>(r.reduce_op), r.prescale, r.postscale, r.device);
-  return std::string(buf, n > 0 ? static_cast<size_t>(n) : 0);
 }
 
 }  // namespace hvdl

@@ -67,10 +67,6 @@ struct OpRegistrar {
   explicit OpRegistrar(std::unique_ptr<CollectiveOp> op);
 };
 
-// Fusion key of the reducing ops: responses fuse when dtype, op, scale factors and
-// device agree. Built once per response per round, so cheaply (no ostringstream).
-std::string reduction_fusion_key(const Response& r);
-
 // Helpers for error messages: "rank 0 has float32, rank 1 has float64".
 template <class Fn>
 std::string describe_by_rank(const std::vector<const Request*>& reqs, Fn value_of);

@@ -123,7 +123,7 @@ int64_t Engine::enqueue(EnqueueArgs a) {
   e->input = a.input;
   e->output = a.output;
   e->handle = std::make_shared<HandleState>();
-  e->enqueued = e->req.ready_at = Clock::now();
+  e->req.ready_at = Clock::now();
   auto h = e->handle;
   w->queue().push(std::move(e));
   return handles_.add(h);

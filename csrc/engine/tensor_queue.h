@@ -24,7 +24,6 @@ struct TensorEntry {
   const void* input = nullptr;
   void* output = nullptr;  // null: the op allocates the output into handle->out
   std::shared_ptr<HandleState> handle;
-  Clock::time_point enqueued;
   // GPU tensors: recorded on the producer's stream at enqueue (a cudaEvent_t); the
   // engine's stream waits for it before reading. Null: nothing to wait for.
   std::shared_ptr<void> ready_event;
@@ -45,7 +44,6 @@ class TensorQueue {
   bool has_fresh_ready(std::chrono::nanoseconds batch_window, size_t batch_bytes);
   std::vector<Request> take_fresh();
   std::unique_ptr<TensorEntry> take(const std::string& name);
-  TensorEntry* find(const std::string& name);
   bool has_in_flight();
   std::vector<std::unique_ptr<TensorEntry>> take_all();
   // The background thread has stopped: refuse new work from now on (it would wait
@@ -55,7 +53,6 @@ class TensorQueue {
   void request_flush();  // a caller is blocked waiting: do not hold work back
   void request_shutdown();
   bool shutdown_requested();
-  void notify() { cv_.notify_all(); }
 
  private:
   bool ready_locked(Clock::time_point now, std::chrono::nanoseconds window, size_t bytes);

@@ -54,19 +54,19 @@ void Worker::wait_for_round() {
   // Right after a round the next request or ring usually follows within microseconds
   // (training loops, synchronous calls): look without sleeping for a short while.
   const auto spin_until = Clock::now() + microseconds(30);
+  // Only a round changes the controller's deadlines (stall checks, readiness reports).
+  const auto deadline = controller_.next_deadline();
   for (;;) {
     if (Clock::now() < spin_until) {
       uint64_t rung = transport_->poll_ring();
       if (rung >= round_) return;
-      if (queue_.has_fresh_ready(duration_cast<nanoseconds>(duration<double, std::milli>(params_.cycle_time_ms)),
-                                 params_.fusion_threshold) || controller_.next_deadline() <= Clock::now()) {
+      if (queue_.has_fresh_ready(window, params_.fusion_threshold) || deadline <= Clock::now()) {
         transport_->ring(round_);
         return;
       }
       std::this_thread::yield();
       continue;
     }
-    auto deadline = controller_.next_deadline();
     auto now = Clock::now();
     bool local = deadline <= now;
     if (!local) {
@@ -182,7 +182,7 @@ uint64_t Worker::execute(const std::vector<Response>& responses, Timeline* tl,
                         params_.fusion_threshold, *dev};
         ctx.segment_bytes = params_.segment_bytes;
         // Shared memory / hierarchical paths work on host memory only.
-        if (local_device(head, entries) < 0) ctx.allreduce = allreduce_.get();
+        if (dev->ordinal() < 0) ctx.allreduce = allreduce_.get();
         ctx.phases = tl ? &trace : nullptr;
         dev->begin(entries);
         op->execute(ctx, group, entries);

@@ -55,7 +55,6 @@ class ShmWindow {
   // Tells the peers this rank gave up (they stop waiting with an error naming `why`),
   // and makes every later wait on this window fail at once.
   void abort(const std::string& why);
-  bool failed() const { return failed_; }
   // Throws if an earlier error left the window unusable.
   void check_usable() const;
 

@@ -26,13 +26,6 @@ class Transport {
   virtual void wait(Op op) = 0;
   virtual void wait_all() = 0;
 
-  void sendrecv(int dst, const void* sbuf, size_t sbytes, int src, void* rbuf, size_t rbytes) {
-    Op r = irecv(src, rbuf, rbytes);
-    Op s = isend(dst, sbuf, sbytes);
-    wait(r);
-    wait(s);
-  }
-
   // ---- control plane: small messages for negotiation ----
   // In-place bitwise AND over all ranks (the response cache's readiness vote).
   virtual void allreduce_and(uint64_t* words, size_t n) = 0;

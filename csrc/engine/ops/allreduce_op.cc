@@ -4,27 +4,13 @@
 // ring reads the input and writes only the output). Data moves only
 // through ctx.device, so the same code runs on host memory and on a GPU (where NCCL,
 // when the device has it, replaces the ring).
-#include <sstream>
-
 #include "../../collectives/ring_allreduce.h"
 #include "../allreduce_algorithm.h"
-#include "../collective_op.h"
-#include "../fusion_layout.h"
+#include "op_util.h"
 
 namespace hvdl {
 namespace {
-
-size_t numel(const std::vector<int64_t>& shape) {
-  size_t n = 1;
-  for (auto d : shape) n *= static_cast<size_t>(d);
-  return n;
-}
-
-std::string fmt(double v) {
-  std::ostringstream os;
-  os << v;
-  return os.str();
-}
+using namespace ops;
 
 RingOptions ring_options(const ExecContext& ctx) {
   RingOptions ring;
@@ -42,7 +28,8 @@ void reduce_in_place(ExecContext& ctx, void* buf, size_t count, DataType dt, Red
   }
   if (ctx.allreduce) {
     PhaseScope p(ctx.phases, ctx.allreduce->phase());
-    return ctx.allreduce->run(ctx.reducer, buf, buf, count, dt, op, 1.0, postscale);
+    return ctx.allreduce->run(ctx.reducer, buf, buf, count, dt, op, 1.0, postscale,
+                              ring_options(ctx));
   }
   ring_allreduce(ctx.transport, ctx.reducer, buf, count, dt, op, postscale, ctx.scratch,
                  ring_options(ctx));
@@ -54,27 +41,7 @@ class AllreduceOp : public CollectiveOp {
   bool gpu_capable() const override { return true; }
 
   void validate(const std::vector<const Request*>& reqs, Response& resp) const override {
-    if (!check_same(reqs, resp, "shape", [](const Request& q) { return shape_str(q.shape); }) ||
-        !check_same(reqs, resp, "reduce op",
-                    [](const Request& q) { return std::string(reduce_op_name(q.reduce_op)); }) ||
-        !check_same(reqs, resp, "prescale_factor", [](const Request& q) { return fmt(q.prescale); }) ||
-        !check_same(reqs, resp, "postscale_factor", [](const Request& q) { return fmt(q.postscale); }))
-      return;
-    const Request* q = nullptr;
-    for (auto* r : reqs)
-      if (r) { q = r; break; }
-    if (q->dtype == DataType::BOOL) {
-      resp.error = "horovodlite: allreduce '" + q->name + "': bool tensors cannot be reduced";
-      return;
-    }
-    if (q->reduce_op == ReduceOp::ADASUM) {
-      resp.error = "horovodlite: allreduce '" + q->name + "': Adasum is not implemented";
-      return;
-    }
-    resp.shape = q->shape;
-    resp.reduce_op = q->reduce_op;
-    resp.prescale = q->prescale;
-    resp.postscale = q->postscale;
+    check_reduction(reqs, resp);
   }
 
   size_t fusion_bytes(const Response& r) const override { return numel(r.shape) * dtype_size(r.dtype); }
@@ -91,9 +58,7 @@ class AllreduceOp : public CollectiveOp {
     const int n = ctx.transport.size();
     const DataType dt = head.dtype;
     const size_t es = dtype_size(dt);
-    // Average is a sum scaled by 1/N; joined ranks still count in N, as in Horovod.
-    ReduceOp op = head.reduce_op == ReduceOp::AVERAGE ? ReduceOp::SUM : head.reduce_op;
-    double post = head.postscale * (head.reduce_op == ReduceOp::AVERAGE ? 1.0 / n : 1.0);
+    const auto [op, post] = effective_reduction(head, n);
     if (group.size() == 1) {
       const size_t count = numel(head.shape);
       void* buf;
@@ -102,7 +67,7 @@ class AllreduceOp : public CollectiveOp {
         if (ctx.allreduce) {  // reads the input where it lies: no copy into the output first
           PhaseScope p(ctx.phases, ctx.allreduce->phase());
           return ctx.allreduce->run(ctx.reducer, entries[0]->input, buf, count, dt, op,
-                                    head.prescale, post);
+                                    head.prescale, post, ring_options(ctx));
         }
         if (ctx.device.ordinal() < 0)  // the host ring reads the input where it lies
           return ring_allreduce_host(ctx.transport, ctx.reducer, entries[0]->input, buf, count,
@@ -135,7 +100,8 @@ class AllreduceOp : public CollectiveOp {
         }
       }
       PhaseScope p(ctx.phases, ctx.allreduce->phase());
-      return ctx.allreduce->run_spans(ctx.reducer, spans, dt, op, head.prescale, post);
+      return ctx.allreduce->run_spans(ctx.reducer, spans, dt, op, head.prescale, post,
+                                      ring_options(ctx));
     }
     char* fb = ctx.fusion.reserve(layout.total_bytes());
     std::vector<CopyRegion> in, out;  // one batched copy each way (one kernel on a GPU)

@@ -3,6 +3,7 @@
 #pragma once
 #include <algorithm>
 #include <cstddef>
+#include <cstdio>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -81,6 +82,50 @@ inline bool check_trailing_dims(const std::vector<const Request*>& reqs, Respons
     }
   }
   return true;
+}
+
+// What allreduce and reducescatter agree on: shape, reduce op and scale factors equal
+// on every rank, a reducible dtype, no Adasum. Fills resp or sets resp.error.
+inline bool check_reduction(const std::vector<const Request*>& reqs, Response& resp) {
+  if (!check_same(reqs, resp, "shape", [](const Request& q) { return shape_str(q.shape); }) ||
+      !check_same(reqs, resp, "reduce op",
+                  [](const Request& q) { return std::string(reduce_op_name(q.reduce_op)); }) ||
+      !check_same(reqs, resp, "prescale_factor", [](const Request& q) { return fmt(q.prescale); }) ||
+      !check_same(reqs, resp, "postscale_factor", [](const Request& q) { return fmt(q.postscale); }))
+    return false;
+  const Request* q = first_present(reqs);
+  if (q->dtype == DataType::BOOL) {
+    resp.error = op_prefix(*q) + "bool tensors cannot be reduced";
+    return false;
+  }
+  if (q->reduce_op == ReduceOp::ADASUM) {
+    resp.error = op_prefix(*q) + "Adasum is not implemented";
+    return false;
+  }
+  resp.shape = q->shape;
+  resp.reduce_op = q->reduce_op;
+  resp.prescale = q->prescale;
+  resp.postscale = q->postscale;
+  return true;
+}
+
+// Average is a sum scaled by 1/n (joined ranks still count in n, as in Horovod).
+struct Reduction {
+  ReduceOp op;
+  double postscale;
+};
+inline Reduction effective_reduction(const Response& r, int n) {
+  const bool avg = r.reduce_op == ReduceOp::AVERAGE;
+  return {avg ? ReduceOp::SUM : r.reduce_op, r.postscale * (avg ? 1.0 / n : 1.0)};
+}
+
+// Reducing ops fuse when dtype, op, scale factors and device agree; %a keeps the
+// factors' exact bits.
+inline std::string reduction_fusion_key(const Response& r) {
+  char buf[96];
+  int n = std::snprintf(buf, sizeof buf, "%d/%d/%a/%a/%d", static_cast<int>(r.dtype),
+                        static_cast<int>(r.reduce_op), r.prescale, r.postscale, r.device);
+  return std::string(buf, n > 0 ? static_cast<size_t>(n) : 0);
 }
 
 inline void set_output(TensorEntry* e, std::shared_ptr<void> out, std::vector<int64_t> shape,

@@ -21,26 +21,8 @@ class ReducescatterOp : public CollectiveOp {
   OpType type() const override { return OpType::REDUCESCATTER; }
 
   void validate(const std::vector<const Request*>& reqs, Response& resp) const override {
-    if (!check_same(reqs, resp, "shape", [](const Request& q) { return shape_str(q.shape); }) ||
-        !check_same(reqs, resp, "reduce op",
-                    [](const Request& q) { return std::string(reduce_op_name(q.reduce_op)); }) ||
-        !check_same(reqs, resp, "prescale_factor", [](const Request& q) { return fmt(q.prescale); }) ||
-        !check_same(reqs, resp, "postscale_factor", [](const Request& q) { return fmt(q.postscale); }) ||
-        !check_not_scalar(reqs, resp, "reducescatter splits the result along dim 0"))
-      return;
-    const Request* q = first_present(reqs);
-    if (q->dtype == DataType::BOOL) {
-      resp.error = op_prefix(*q) + "bool tensors cannot be reduced";
-      return;
-    }
-    if (q->reduce_op == ReduceOp::ADASUM) {
-      resp.error = op_prefix(*q) + "Adasum is not implemented for reducescatter";
-      return;
-    }
-    resp.shape = q->shape;
-    resp.reduce_op = q->reduce_op;
-    resp.prescale = q->prescale;
-    resp.postscale = q->postscale;
+    if (!check_not_scalar(reqs, resp, "reducescatter splits the result along dim 0")) return;
+    check_reduction(reqs, resp);
   }
 
   size_t fusion_bytes(const Response& r) const override {
@@ -59,9 +41,7 @@ class ReducescatterOp : public CollectiveOp {
     const Response& head = *group[0];
     const DataType dt = head.dtype;
     const size_t es = dtype_size(dt);
-    const bool avg = head.reduce_op == ReduceOp::AVERAGE;
-    const ReduceOp op = avg ? ReduceOp::SUM : head.reduce_op;
-    const double post = head.postscale * (avg ? 1.0 / n : 1.0);
+    const auto [op, post] = effective_reduction(head, n);
     const size_t k_count = group.size();
 
     // rows[k][j]: dim-0 rows of tensor k that rank j ends up with; elems per row.
