@@ -14,7 +14,8 @@ from .basics import (Adasum, Average, HorovodInternalError, Max, Min, Product, S
                      _topology, cross_rank, cross_size, cuda_built, init, is_initialized,
                      local_rank, local_size, mpi_built, nccl_built, rank, shutdown, size)
 from .handles import auto_name, poll, synchronize  # noqa: F401
-from .ops import resolve_op
+from . import ops as _np_ops
+from .ops import _compressed, _GroupHandle, resolve_op
 from .process_sets import (ProcessSet, _set_id, add_process_set,  # noqa: F401
                            global_process_set, remove_process_set)
 
@@ -82,11 +83,6 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                                         postscale_factor, process_set))
 
 
-class _GroupHandle:
-    def __init__(self, handles):
-        self.handles = handles
-
-
 def _grouped(tensors, in_place, average, name, op, prescale_factor, postscale_factor,
              process_set):
     _topology()
@@ -118,8 +114,8 @@ def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale
 
 def grouped_allreduce(tensors, average=None, name=None, compression=None, op=None,
                       prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
-    return synchronize(grouped_allreduce_async(tensors, average, name, op, prescale_factor,
-                                               postscale_factor, process_set))
+    return _compressed(compression, tensors, lambda ts: synchronize(grouped_allreduce_async(
+        ts, average, name, op, prescale_factor, postscale_factor, process_set)))
 
 
 def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
@@ -145,13 +141,10 @@ def _to_device(x):
     return x
 
 
-def _via_host(name):
-    def op(tensor, *args, **kwargs):
-        import horovodlite as host_api  # the numpy API, looked up at call time
+def _via_host(fn):
+    name = fn.__name__
 
-        fn = getattr(host_api, name, None)
-        if fn is None:
-            raise NotImplementedError(f"horovodlite: {name} is not available in this build")
+    def op(tensor, *args, **kwargs):
         return _to_device(fn(_to_host(tensor), *args, **kwargs))
 
     op.__name__ = op.__qualname__ = name
@@ -159,12 +152,12 @@ def _via_host(name):
     return op
 
 
-allgather = _via_host("allgather")
-grouped_allgather = _via_host("grouped_allgather")
-broadcast = _via_host("broadcast")
-alltoall = _via_host("alltoall")
-reducescatter = _via_host("reducescatter")
-grouped_reducescatter = _via_host("grouped_reducescatter")
+allgather = _via_host(_np_ops.allgather)
+grouped_allgather = _via_host(_np_ops.grouped_allgather)
+broadcast = _via_host(_np_ops.broadcast)
+alltoall = _via_host(_np_ops.alltoall)
+reducescatter = _via_host(_np_ops.reducescatter)
+grouped_reducescatter = _via_host(_np_ops.grouped_reducescatter)
 
 
 def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):

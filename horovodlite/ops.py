@@ -54,13 +54,45 @@ def _allreduce_submit(src, dst, name, op, prescale, postscale, process_set, grou
     return h
 
 
-def _empty_like(a):
-    """np.empty_like, but large arrays come from the core's output pool: a fresh 64 MiB
+_POOLED_FROM = 1 << 20
+
+
+def _pooled_empty(nbytes, dtype, shape):
+    """Large outputs come from the core's output pool (64-byte aligned): a fresh 64 MiB
     array costs 16,000 page faults, more than the allreduce itself; a training loop
     that drops last step's result gets those pages back warm."""
-    if a.nbytes < 1 << 20:
+    return _core.empty(nbytes).view(dtype).reshape(shape)
+
+
+def _empty_like(a):
+    if a.nbytes < _POOLED_FROM:
         return np.empty_like(a)
-    return _core.empty(a.nbytes).view(a.dtype).reshape(a.shape)
+    return _pooled_empty(a.nbytes, a.dtype, a.shape)
+
+
+def _aligned_empty(shape, dtype):
+    """A C-contiguous array starting on a 64-byte boundary, which jax and TensorFlow
+    adopt through DLPack without a copy."""
+    dtype = np.dtype(dtype)
+    shape = tuple(int(d) for d in shape)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if nbytes >= _POOLED_FROM:
+        return _pooled_empty(nbytes, dtype, shape)
+    raw = np.empty(nbytes + 64, np.uint8)
+    off = (-raw.ctypes.data) % 64
+    return raw[off:off + nbytes].view(dtype).reshape(shape)
+
+
+def predivide_scales(op, factor):
+    """(prescale, postscale) for a gradient_predivide_factor f: divide by f before the
+    sum and multiply by f after it (Average still divides by the set size), an average
+    that overflows less in fp16. Only with op=Average."""
+    factor = float(factor)
+    if factor == 1.0:
+        return 1.0, 1.0
+    if op != Average:
+        raise ValueError("horovodlite: gradient_predivide_factor needs op=Average")
+    return 1.0 / factor, factor
 
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
@@ -133,11 +165,21 @@ def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale
     return _grouped(tensors, True, average, name, op, prescale_factor, postscale_factor, process_set)
 
 
+def _compressed(compression, tensors, run):
+    """run(tensors) on the compressed tensors, its results decompressed (no compression:
+    run(tensors) itself). For the grouped collectives of every array API."""
+    if compression is None:
+        return run(tensors)
+    pairs = [compression.compress(t) for t in tensors]
+    outs = run([p[0] for p in pairs])
+    return [compression.decompress(o, ctx) for o, (_, ctx) in zip(outs, pairs)]
+
+
 def grouped_allreduce(tensors, average=None, name=None, compression=None, op=None,
                       prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
     """Reduces a list of arrays as one unit: negotiated together and fused."""
-    return synchronize(grouped_allreduce_async(tensors, average, name, op, prescale_factor,
-                                               postscale_factor, process_set))
+    return _compressed(compression, tensors, lambda ts: synchronize(grouped_allreduce_async(
+        ts, average, name, op, prescale_factor, postscale_factor, process_set)))
 
 
 def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
@@ -300,6 +342,12 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
     return synchronize(alltoall_async(tensor, splits, name, process_set))
 
 
+def reducescatter_rows(dim0, size, rank):
+    """Rows rank `rank` keeps of a reducescatter: the first dim0 % size ranks get one
+    extra (the core's partition rule)."""
+    return dim0 // size + (1 if rank < dim0 % size else 0)
+
+
 def _reducescatter_submit(tensor, name, op, prescale, postscale, process_set, group="",
                           group_size=0):
     src = _contiguous(tensor)
@@ -343,13 +391,8 @@ def grouped_reducescatter(tensors, name=None, compression=None, op=Average,
                           process_set=global_process_set, prescale_factor=1.0,
                           postscale_factor=1.0):
     """Reducescatters a list of arrays as one unit (negotiated together, fused)."""
-    if compression is not None:
-        pairs = [compression.compress(t) for t in tensors]
-        outs = synchronize(grouped_reducescatter_async([p[0] for p in pairs], name, op, process_set,
-                                                       prescale_factor, postscale_factor))
-        return [compression.decompress(o, p[1]) for o, p in zip(outs, pairs)]
-    return synchronize(grouped_reducescatter_async(tensors, name, op, process_set, prescale_factor,
-                                                   postscale_factor))
+    return _compressed(compression, tensors, lambda ts: synchronize(grouped_reducescatter_async(
+        ts, name, op, process_set, prescale_factor, postscale_factor)))
 
 
 # ---- synchronisation ----

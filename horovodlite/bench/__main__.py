@@ -14,7 +14,7 @@ import os
 import platform
 import sys
 
-from .workloads import human, parse_bytes, sweep
+from .workloads import human, sweep
 
 COLLECTIVES = ("allreduce", "allgather", "broadcast", "reducescatter", "alltoall")
 

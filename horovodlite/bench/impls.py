@@ -47,6 +47,21 @@ class Impl:
     def resnet(self, tensors):
         raise NotImplementedError
 
+    _packed = None
+
+    def _packed_allreduce(self, tensors, reduce_in_place):
+        """Packs the float32 tensors into one persistent buffer, reduces it in place,
+        and unpacks: the best way for peers without fusion of their own."""
+        total = sum(t.size for t in tensors)
+        if self._packed is None or self._packed.size != total:
+            self._packed = np.empty(total, np.float32)
+        np.concatenate([t.ravel() for t in tensors], out=self._packed)
+        reduce_in_place(self._packed)
+        off = 0
+        for t in tensors:
+            t.ravel()[:] = self._packed[off:off + t.size]
+            off += t.size
+
 
 class Horovodlite(Impl):
     """One allreduce path of horovodlite, chosen through the environment at init()."""
@@ -150,7 +165,6 @@ class NumpyRing(Impl):
         self.comm = comm
         self.name = "numpy ring (Sendrecv)"
         self._scratch = np.empty(0, np.float32)
-        self._packed = None
 
     def _ring(self, buf):
         comm = self.comm
@@ -178,15 +192,7 @@ class NumpyRing(Impl):
         return buf, lambda: self._ring(buf)
 
     def resnet(self, tensors):
-        total = sum(t.size for t in tensors)
-        if self._packed is None or self._packed.size != total:
-            self._packed = np.empty(total, np.float32)
-        np.concatenate([t.ravel() for t in tensors], out=self._packed)
-        self._ring(self._packed)
-        off = 0
-        for t in tensors:
-            t.ravel()[:] = self._packed[off:off + t.size]
-            off += t.size
+        self._packed_allreduce(tensors, self._ring)
 
 
 class Gloo(Impl):
@@ -212,7 +218,6 @@ class Gloo(Impl):
         dist.init_process_group("gloo", init_method=f"file://{path}", rank=comm.Get_rank(),
                                 world_size=comm.Get_size())
         self._path = path
-        self._packed = None
 
     def close(self):
         self.dist.destroy_process_group()
@@ -243,15 +248,7 @@ class Gloo(Impl):
         raise Unsupported(coll)
 
     def resnet(self, tensors):
-        total = sum(t.size for t in tensors)
-        if self._packed is None or self._packed.size != total:
-            self._packed = np.empty(total, np.float32)
-        np.concatenate([t.ravel() for t in tensors], out=self._packed)
-        self.dist.all_reduce(self.torch.from_numpy(self._packed))
-        off = 0
-        for t in tensors:
-            t.ravel()[:] = self._packed[off:off + t.size]
-            off += t.size
+        self._packed_allreduce(tensors, lambda buf: self.dist.all_reduce(self.torch.from_numpy(buf)))
 
 
 class Horovod(Impl):

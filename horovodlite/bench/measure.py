@@ -41,6 +41,12 @@ def case(coll, size, n, r):
     raise ValueError(coll)
 
 
+def _warmups(nbytes):
+    """Untimed calls first: connections, caches, negotiation, and from 1 MiB the shm
+    allreduce's six exploring calls (csrc/collectives/path_tuner.h)."""
+    return 7 if nbytes >= 1 << 20 else 1
+
+
 class Bench:
     def __init__(self, comm, budget):
         from mpi4py import MPI
@@ -93,9 +99,7 @@ class Bench:
             return time.perf_counter() - t0, out
 
         try:
-            # Warm-up: connections, caches, negotiation, and from 1 MiB the shm
-            # allreduce's six exploring calls (csrc/collectives/path_tuner.h).
-            for _ in range(7 if np.asarray(buf).nbytes >= 1 << 20 else 1):
+            for _ in range(_warmups(np.asarray(buf).nbytes)):
                 one_call()
             iters = self._iters_for(key, lambda: one_call()[0])
             total, out = 0.0, None
@@ -106,12 +110,7 @@ class Bench:
             err = None
         except Exception as e:  # a failing implementation must not stop the others
             total, iters, bad, err = 0.0, 1, want.size, f"{type(e).__name__}: {e}"
-        errs = comm.allgather(err)
-        if any(errs):
-            self.failed[key] = next(e for e in errs if e)
-            return
-        self.times.setdefault(key, []).append(comm.allreduce(total / iters, op=self.MPI.MAX))
-        self.wrong[key] = self.wrong.get(key, 0) + comm.allreduce(bad, op=self.MPI.SUM)
+        self._record(key, total, iters, bad, err)
 
     def resnet(self, impl):
         key = (impl.label("resnet50"), ("resnet50", 0))
@@ -134,13 +133,20 @@ class Bench:
             return time.perf_counter() - t0
 
         try:
-            one_step()
+            for _ in range(_warmups(sum(t.nbytes for t in tensors))):
+                one_step()
             iters = self._iters_for(key, one_step)
             total = sum(one_step() for _ in range(iters))
             bad = sum(int(np.count_nonzero(t.reshape(-1) != w)) for t, w in zip(tensors, wants))
             err = None
         except Exception as e:
             total, iters, bad, err = 0.0, 1, 0, f"{type(e).__name__}: {e}"
+        self._record(key, total, iters, bad, err)
+
+    def _record(self, key, total, iters, bad, err):
+        """Every rank's outcome of one measurement: the slowest rank's mean time, the
+        wrong elements summed, or the first error (then the key is skipped from now on)."""
+        comm = self.comm
         errs = comm.allgather(err)
         if any(errs):
             self.failed[key] = next(e for e in errs if e)

@@ -15,14 +15,6 @@ from ..basics import _topology
 from ..handles import synchronize
 from ._kinds import ALLGATHER, ALLREDUCE, ALLTOALL, BROADCAST, KIND_NAMES, REDUCESCATTER
 
-def _aligned_empty(shape, dtype):
-    dtype = np.dtype(dtype)
-    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-    raw = np.empty(nbytes + 64, np.uint8)
-    off = (-raw.ctypes.data) % 64
-    return raw[off:off + nbytes].view(dtype).reshape(shape)
-
-
 def to_jax(a):
     """A host numpy array as a jax array, adopting its memory when jax can."""
     try:
@@ -55,8 +47,8 @@ def process_set_of(process_set_id):
 def _eager_allreduce(arrays, name, reduce_op, prescale, postscale, ps, grouped):
     handles, outs = [], []
     for i, a in enumerate(arrays):
-        src = np.ascontiguousarray(a).reshape(a.shape)
-        dst = _aligned_empty(a.shape, a.dtype)
+        src = _np_ops._contiguous(a)
+        dst = _np_ops._aligned_empty(a.shape, a.dtype)
         handles.append(_np_ops._allreduce_submit(
             src, dst, f"{name}.{i}" if grouped else name, reduce_op, prescale, postscale, ps,
             group=name if grouped else "", group_size=len(arrays) if grouped else 0))
@@ -109,7 +101,7 @@ def _eager_other(kind, arrays, name, reduce_op, prescale, postscale, root, ps, s
         if not grouped:
             return [_np_ops.broadcast(arrays[0], groot, name=name, process_set=ps)]
         handles = [_np_ops._submit_engine_output(
-            "broadcast", np.ascontiguousarray(a).reshape(a.shape), f"{name}.{i}", ps,
+            "broadcast", _np_ops._contiguous(a), f"{name}.{i}", ps,
             group=name, group_size=len(arrays), op=BROADCAST, root=root)
             for i, a in enumerate(arrays)]
         return synchronize(_np_ops._GroupHandle(handles))

@@ -6,6 +6,7 @@ from .. import dtypes
 from .. import ops as _np_ops
 from ..basics import _topology
 from .._loader import _core
+from ..ops import reducescatter_rows  # noqa: F401 - part of this module's kinds
 
 ALLREDUCE, ALLGATHER, BROADCAST, ALLTOALL, REDUCESCATTER = (
     _np_ops.ALLREDUCE, _np_ops.ALLGATHER, _np_ops.BROADCAST, _np_ops.ALLTOALL,
@@ -19,11 +20,6 @@ def set_size_rank(process_set_id):
     _topology()
     ranks = _core.process_set_ranks(process_set_id)
     return len(ranks), _core.process_set_rank(process_set_id)
-
-
-def reducescatter_rows(dim0, size, rank):
-    """Rows rank `rank` keeps: the first dim0 % size ranks get one extra."""
-    return dim0 // size + (1 if rank < dim0 % size else 0)
 
 
 def code_of(x, reducible, what):

@@ -13,7 +13,7 @@ import optax
 
 from ..basics import Average
 from ..handles import auto_name
-from ..ops import resolve_op
+from ..ops import predivide_scales, resolve_op
 from ..process_sets import global_process_set
 from .compression import Compression
 from .ops import _allreduce_leaves, _check_dtypes, _flatten, broadcast
@@ -29,11 +29,7 @@ def allreduce_gradients(grads, op=Average, compression=Compression.none, name=No
     if not leaves:
         return grads
     _check_dtypes(leaves, True, "allreduce_gradients")
-    pre, post = 1.0, 1.0
-    if gradient_predivide_factor != 1.0:
-        if op != Average:
-            raise ValueError("horovodlite: gradient_predivide_factor needs op=Average")
-        pre, post = 1.0 / gradient_predivide_factor, gradient_predivide_factor
+    pre, post = predivide_scales(op, gradient_predivide_factor)
     outs = _allreduce_leaves(leaves, auto_name("allreduce_gradients", name, process_set), op, compression,
                              pre, post, process_set, grouped=True)
     return treedef.unflatten(outs)

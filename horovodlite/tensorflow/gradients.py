@@ -4,7 +4,6 @@ them); tf.IndexedSlices are allgathered unless sparse_as_dense."""
 import tensorflow as tf
 
 from .. import ops as _np_ops
-from ..basics import Average, Sum
 from . import handoff, mpi_ops
 
 
@@ -16,9 +15,7 @@ class ReduceSettings:
         self.compression = compression
         self.sparse_as_dense = sparse_as_dense
         self.op = _np_ops.resolve_op(op, None)
-        self.predivide = float(gradient_predivide_factor)
-        if self.predivide != 1.0 and self.op != Average:
-            raise ValueError("horovodlite: gradient_predivide_factor needs op=Average")
+        self.prescale, self.postscale = _np_ops.predivide_scales(self.op, gradient_predivide_factor)
         if groups is None and num_groups:
             groups = int(num_groups)
         if isinstance(groups, int) and groups < 0:
@@ -30,11 +27,7 @@ class ReduceSettings:
 
     def scale(self):
         """(op, prescale, postscale) the core applies."""
-        if self.predivide == 1.0:
-            return self.op, 1.0, 1.0
-        # Sum of x / f, then times f / size: an average that overflows less in fp16.
-        size = mpi_ops._set_size(self.process_set)
-        return Sum, 1.0 / self.predivide, self.predivide / size
+        return self.op, self.prescale, self.postscale
 
     def group_names(self, dense_positions, variables, base):
         """Group name ('' = alone) for each dense gradient, by its position in the list."""

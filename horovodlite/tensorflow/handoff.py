@@ -30,18 +30,9 @@ import tensorflow as tf
 
 from .. import dtypes as _dtypes
 from ..handles import auto_name
+from ..ops import _aligned_empty as aligned_empty  # noqa: F401 - used here and by mpi_ops
 
 ALIGN = 64
-
-
-def aligned_empty(shape, dtype):
-    """A C-contiguous array whose data starts on a 64-byte boundary."""
-    dtype = np.dtype(dtype)
-    shape = tuple(int(d) for d in shape)
-    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-    raw = np.empty(nbytes + ALIGN, np.uint8)
-    off = (-raw.ctypes.data) % ALIGN
-    return raw[off:off + nbytes].view(dtype).reshape(shape)
 
 
 def numpy_dtype(tf_dtype, reducible=False, what="tensor"):
@@ -137,7 +128,7 @@ def _check_not_xla():
 _graph_counters = weakref.WeakKeyDictionary()
 
 
-def op_name(kind, name):
+def op_name(kind, name, process_set=None):
     """The name a collective is matched by across ranks. Given names are used as they are.
     Unnamed eager calls are numbered in call order (like the numpy API). Unnamed ops in a
     graph are numbered per graph at trace time and named after the function, so they do
@@ -146,7 +137,7 @@ def op_name(kind, name):
     if name is not None:
         return str(name)
     if tf.executing_eagerly():
-        return auto_name(kind, None)
+        return auto_name(kind, None, process_set)
     g = tf.compat.v1.get_default_graph()
     counters = _graph_counters.setdefault(g, {})
     n = counters.get(kind, 0)

@@ -29,16 +29,7 @@ _BITWISE_CARRIERS = {1: tf.uint8, 2: tf.float16, 4: tf.int32, 8: tf.int64}
 
 def _wait_all(handles):
     """Waits for every handle (buffers stay alive until then), then raises the first error."""
-    results, error = [], None
-    for h in handles:
-        try:
-            results.append(_np_api.synchronize(h))
-        except Exception as e:  # noqa: BLE001 - re-raised below, after all members
-            error = error or e
-            results.append(None)
-    if error is not None:
-        raise error
-    return results
+    return _np_api.synchronize(_np_ops._GroupHandle(handles))
 
 
 def _submit_all(submit_one, items):
@@ -64,7 +55,7 @@ def _set_rank(process_set):
     return process_set.rank() if process_set is not None else _np_api.rank()
 
 
-def _is_rank(root_rank, process_set):
+def _is_rank(root_rank):
     """root_rank is a global rank (as in the numpy API)."""
     return _np_api.rank() == int(root_rank)
 
@@ -167,7 +158,7 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="", compressi
     bitwise identical on every rank. tf.IndexedSlices are allgathered instead."""
     _topology()
     op = _np_ops.resolve_op(op, average)
-    name = handoff.op_name("allreduce", name)
+    name = handoff.op_name("allreduce", name, process_set)
     if isinstance(tensor, tf.IndexedSlices):
         return _allreduce_sparse(tensor, name, op, prescale_factor, postscale_factor, process_set)
     t, ctx = compression.compress(tf.convert_to_tensor(tensor))
@@ -181,7 +172,7 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="",
     """Reduces a list of tensors as one unit (negotiated together, fused)."""
     _topology()
     op = _np_ops.resolve_op(op, average)
-    base = handoff.op_name("grouped_allreduce", name)
+    base = handoff.op_name("grouped_allreduce", name, process_set)
     out = [None] * len(tensors)
     dense, ctxs = [], []
     for i, t in enumerate(tensors):
@@ -221,7 +212,7 @@ def _allgather_nograd(tensors, names, process_set):
 def allgather(tensor, name=None, ignore_name_scope=False, process_set=global_process_set):
     """Concatenates every rank's tensor along dim 0 (dim 0 may differ between ranks)."""
     _topology()
-    name = handoff.op_name("allgather", name)
+    name = handoff.op_name("allgather", name, process_set)
     x = tf.convert_to_tensor(tensor)
     if x.shape.rank == 0:
         raise ValueError(f"horovodlite: allgather of '{name}' needs a tensor with at least one "
@@ -243,7 +234,7 @@ def allgather(tensor, name=None, ignore_name_scope=False, process_set=global_pro
 def grouped_allgather(tensors, name=None, process_set=global_process_set):
     """Allgathers a list of tensors in one hand-off (no gradient)."""
     _topology()
-    base = handoff.op_name("grouped_allgather", name)
+    base = handoff.op_name("grouped_allgather", name, process_set)
     return _allgather_nograd(tensors, [f"{base}.{i}" for i in range(len(tensors))], process_set)
 
 
@@ -260,7 +251,7 @@ def _broadcast_nograd(tensors, names, root_rank, process_set):
 def broadcast(tensor, root_rank, name=None, ignore_name_scope=False, process_set=global_process_set):
     """The root rank's tensor on every rank of the set."""
     _topology()
-    name = handoff.op_name("broadcast", name)
+    name = handoff.op_name("broadcast", name, process_set)
     x = tf.convert_to_tensor(tensor)
     if not x.dtype.is_floating:
         return _broadcast_nograd([x], [name], root_rank, process_set)[0]
@@ -268,7 +259,7 @@ def broadcast(tensor, root_rank, name=None, ignore_name_scope=False, process_set
     def backward(xs, y, dy):
         total = _allreduce_dense([_dense(dy, y)], [name + ".grad"], [""], Sum, 1.0, 1.0,
                                  process_set)[0]
-        return total if _is_rank(root_rank, process_set) else tf.zeros_like(total)
+        return total if _is_rank(root_rank) else tf.zeros_like(total)
 
     return _differentiable(lambda x: _broadcast_nograd([x], [name], root_rank, process_set)[0],
                            backward, x)
@@ -288,7 +279,7 @@ def broadcast_variables(variables, root_rank, process_set=global_process_set, in
     variables = list(variables)
     if not variables:
         return None if tf.executing_eagerly() else tf.no_op()
-    base = handoff.op_name("broadcast_variables", name)
+    base = handoff.op_name("broadcast_variables", name, process_set)
     values = _broadcast_nograd([v.read_value() if isinstance(v, tf.Variable) else v
                                 for v in variables],
                                [f"{base}.{i}" for i in range(len(variables))], root_rank,
@@ -299,10 +290,6 @@ def broadcast_variables(variables, root_rank, process_set=global_process_set, in
 
 # ----------------------------------------------------------------------------- reducescatter
 
-def _rows_of(dim0, size, rank):
-    return dim0 // size + (1 if rank < dim0 % size else 0)
-
-
 def _reducescatter_nograd(tensors, names, op, prescale, postscale, process_set):
     size, rank = _set_size(process_set), _set_rank(process_set)
     shapes = []
@@ -312,7 +299,7 @@ def _reducescatter_nograd(tensors, names, op, prescale, postscale, process_set):
             raise ValueError(f"horovodlite: reducescatter of '{n}' needs a tensor with at least "
                              "one dimension, got a scalar")
         d0 = t.shape[0]
-        shapes.append(tf.TensorShape([None if d0 is None else _rows_of(d0, size, rank)])
+        shapes.append(tf.TensorShape([None if d0 is None else _np_ops.reducescatter_rows(d0, size, rank)])
                       .concatenate(t.shape[1:]))
     return handoff.run(
         lambda *a: _np_gather("reducescatter", a, names, process_set, op=op,
@@ -327,7 +314,7 @@ def reducescatter(tensor, device_dense="", compression=Compression.none, op=Aver
     extra row)."""
     _topology()
     op = _np_ops.resolve_op(op, None)
-    name = handoff.op_name("reducescatter", name)
+    name = handoff.op_name("reducescatter", name, process_set)
     x, ctx = compression.compress(tf.convert_to_tensor(tensor))
 
     def backward(xs, y, dy):
@@ -349,7 +336,7 @@ def grouped_reducescatter(tensors, device_dense="", compression=Compression.none
     """Reducescatter of each tensor of a list, in one hand-off (no gradient)."""
     _topology()
     op = _np_ops.resolve_op(op, None)
-    base = handoff.op_name("grouped_reducescatter", name)
+    base = handoff.op_name("grouped_reducescatter", name, process_set)
     pairs = [compression.compress(tf.convert_to_tensor(t)) for t in tensors]
     outs = _reducescatter_nograd([p for p, _ in pairs], [f"{base}.{i}" for i in range(len(pairs))],
                                  op, prescale_factor, postscale_factor, process_set)
@@ -379,7 +366,7 @@ def alltoall(tensor, splits=None, name=None, ignore_name_scope=False, process_se
     """Sends dim-0 slices of `tensor` (`splits[r]` rows to rank r, equal by default);
     returns (received tensor, received_splits)."""
     _topology()
-    name = handoff.op_name("alltoall", name)
+    name = handoff.op_name("alltoall", name, process_set)
     x = tf.convert_to_tensor(tensor)
     if x.shape.rank == 0:
         raise ValueError(f"horovodlite: alltoall of '{name}' needs a tensor with at least one "

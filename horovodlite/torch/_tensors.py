@@ -15,7 +15,6 @@ _TO_CODE = {
     torch.int64: _codes.INT64, torch.float16: _codes.FLOAT16, torch.bfloat16: _codes.BFLOAT16,
     torch.float32: _codes.FLOAT32, torch.float64: _codes.FLOAT64, torch.bool: _codes.BOOL,
 }
-_FROM_CODE = {v: k for k, v in _TO_CODE.items()}
 
 
 def code_of(dtype, reducible=False, what="tensor"):
@@ -26,10 +25,6 @@ def code_of(dtype, reducible=False, what="tensor"):
         raise TypeError(f"horovodlite: unsupported dtype {dtype} for {what}; "
                         f"supported: {', '.join(allowed)}")
     return code
-
-
-def torch_dtype(code):
-    return _FROM_CODE[code]
 
 
 def placement(t, what="tensor"):

@@ -9,9 +9,9 @@ import weakref
 
 import torch
 
-from ..basics import Adasum, Average, Sum, _topology
+from ..basics import Average, Sum, _topology
 from ..handles import synchronize as _wait
-from ..ops import resolve_op
+from ..ops import predivide_scales, resolve_op
 from ..process_sets import global_process_set
 from .compression import Compression
 from .mpi_ops import _allreduce_submit, _op_name, allgather_async, allreduce
@@ -31,6 +31,7 @@ class _DistributedOptimizer:
         self._compression = compression
         self.op = op
         self.gradient_predivide_factor = float(gradient_predivide_factor)
+        self._scales = predivide_scales(op, self.gradient_predivide_factor)
         self.sparse_as_dense = sparse_as_dense
         self.process_set = process_set
         self._names = _parameter_names(self.param_groups, named_parameters)
@@ -184,11 +185,7 @@ class _DistributedOptimizer:
             return _SparseHandle(grad, _op_name("allreduce", self._names[p], self.process_set), self.op,
                                  self.process_set), None, grad
         compressed, ctx = self._compression.compress(grad)
-        if self.op == Average:
-            # the core divides by the set size; predivide splits that around the sum
-            pre, post = 1.0 / self.gradient_predivide_factor, self.gradient_predivide_factor
-        else:
-            pre = post = 1.0
+        pre, post = self._scales
         name = name or _op_name("allreduce", self._names[p], self.process_set)
         h = _allreduce_submit(compressed, True, name, self.op, pre, post, self.process_set,
                               group=group, group_size=group_size)
@@ -317,11 +314,8 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
         groups = groups or num_groups
     if isinstance(optimizer, _DistributedOptimizer):
         raise ValueError("horovodlite: this optimizer is already a DistributedOptimizer")
-    op = resolve_op(op, None)
-    if op == Adasum:
-        raise NotImplementedError("horovodlite: Adasum is not implemented")
-    if gradient_predivide_factor != 1.0 and op != Average:
-        raise ValueError("horovodlite: gradient_predivide_factor needs op=Average")
+    op = resolve_op(op, None)  # raises for Adasum
+    predivide_scales(op, gradient_predivide_factor)  # checks the combination now
     base = type(optimizer)
     cls = _classes.get(base)
     if cls is None:
