@@ -21,17 +21,16 @@ void ring_allreduce(Transport& t, const Reducer& red, void* buf, size_t count, D
   }
   // shift 1: rank r finishes block r+1, the classic ring order.
   RingBlocks blocks = RingBlocks::even(count, n);
-  PhaseObserver* const obs = opts.phases;
-  if (obs) obs->begin("RING_REDUCE_SCATTER");
-  ring_reduce_scatter(t, red, opts.input ? opts.input : buf, buf, blocks, dt, op, 1, scratch,
-                      opts.segment_bytes);
-  const int own = (r + 1) % n;
-  red.scale(static_cast<char*>(buf) + blocks.offset[own] * es, blocks.count[own], dt, postscale);
-  if (obs) obs->end("RING_REDUCE_SCATTER");
-  if (obs) obs->begin("RING_ALLGATHER");
+  {
+    PhaseScope p(opts.phases, "RING_REDUCE_SCATTER");
+    ring_reduce_scatter(t, red, opts.input ? opts.input : buf, buf, blocks, dt, op, 1, scratch,
+                        opts.segment_bytes);
+    const int own = (r + 1) % n;
+    red.scale(static_cast<char*>(buf) + blocks.offset[own] * es, blocks.count[own], dt, postscale);
+  }
+  PhaseScope p(opts.phases, "RING_ALLGATHER");
   for (int i = 0; i < n; ++i) blocks.offset[i] *= es, blocks.count[i] *= es;
   ring_allgather(t, buf, blocks, 1);
-  if (obs) obs->end("RING_ALLGATHER");
 }
 
 void ring_allreduce_host(Transport& t, const Reducer& red, const void* in, void* out, size_t count,

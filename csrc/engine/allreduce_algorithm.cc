@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <map>
 #include <sstream>
 #include <stdexcept>
 
@@ -14,6 +13,7 @@
 #include "../common/env.h"
 #include "../common/logging.h"
 #include "../transport/shm_window.h"
+#include "../transport/world.h"
 
 namespace hvdl {
 namespace {
@@ -120,22 +120,18 @@ class HierarchicalAllreduce : public AllreduceAlgorithm {
 };
 
 // Rank 0's decision, so that ranks with different environments still agree.
-std::string choose(const std::vector<int>& hosts) {
-  std::map<int, int> per_host;
-  for (int h : hosts) per_host[h]++;
-  const bool homogeneous = std::all_of(per_host.begin(), per_host.end(),
-                                       [&](auto& kv) { return kv.second == per_host.begin()->second; });
+std::string choose(const Topology& topo) {
   const bool shm = env_str("SHM", "1") != "0";
   const std::string hier = env_str("HIERARCHICAL_ALLREDUCE");  // "" = automatic
-  if (per_host.size() == 1) {
+  if (topo.hosts == 1) {
     if (!shm) return "ring";
     return hier == "1" ? "hierarchical" : "shm";
   }
   const char* why_not = nullptr;
   if (hier == "0") why_not = "HOROVODLITE_HIERARCHICAL_ALLREDUCE=0";
   else if (!shm) why_not = "HOROVODLITE_SHM=0";
-  else if (!homogeneous) why_not = "hosts run different numbers of ranks";
-  else if (per_host.begin()->second == 1) why_not = "one rank per host";
+  else if (!topo.homogeneous) why_not = "hosts run different numbers of ranks";
+  else if (topo.local_size == 1) why_not = "one rank per host";
   if (!why_not) return "hierarchical";
   if (hier == "1") {
     HVDL_LOG(WARNING) << "hierarchical allreduce not used: " << why_not;
@@ -149,11 +145,12 @@ std::unique_ptr<AllreduceAlgorithm> make_allreduce_algorithm(Transport& set,
                                                              const std::vector<int>& hosts) {
   const int n = set.size(), me = set.rank();
   if (n <= 1 || hosts.size() != static_cast<size_t>(n)) return nullptr;
+  const Topology topo = topology_of(hosts, me);
   ShmOptions opts = shm_options_from_env();
   std::string plan;
   if (me == 0) {
     std::ostringstream os;
-    os << choose(hosts) << ' ' << opts.chunk_bytes << ' ' << opts.slots << ' '
+    os << choose(topo) << ' ' << opts.chunk_bytes << ' ' << opts.slots << ' '
        << opts.stream_in_threshold << ' ' << opts.stream_out_threshold << ' '
        << opts.ring_threshold;
     plan = os.str();
@@ -172,19 +169,10 @@ std::unique_ptr<AllreduceAlgorithm> make_allreduce_algorithm(Transport& set,
   }
   if (kind != "hierarchical") return nullptr;
 
-  // My index among the set's ranks on my host, and my host's index among hosts.
-  int local_index = 0;
-  for (int i = 0; i < me; ++i) local_index += hosts[i] == hosts[me];
-  std::vector<int> host_ids(hosts);
-  std::sort(host_ids.begin(), host_ids.end());
-  host_ids.erase(std::unique(host_ids.begin(), host_ids.end()), host_ids.end());
-  const int host_index =
-      static_cast<int>(std::lower_bound(host_ids.begin(), host_ids.end(), hosts[me]) - host_ids.begin());
-
   std::unique_ptr<Transport> local_t, cross_t;
   try {
-    local_t = set.split(host_index, me);
-    cross_t = set.split(local_index, host_index);
+    local_t = set.split(hosts[me], me);
+    cross_t = set.split(topo.local_rank, topo.cross_rank);
   } catch (const std::logic_error& e) {  // before any communication: the same on all ranks
     HVDL_LOG(WARNING) << "hierarchical allreduce not used: " << e.what();
     return nullptr;
@@ -200,8 +188,8 @@ std::unique_ptr<AllreduceAlgorithm> make_allreduce_algorithm(Transport& set,
   uint64_t all = ok ? 1 : 0;
   set.allreduce_and(&all, 1);  // some host may have failed where others succeeded
   if (!all) return nullptr;
-  HVDL_LOG(DEBUG) << "allreduce: hierarchical, " << host_ids.size() << " hosts x "
-                  << n / host_ids.size() << " ranks";
+  HVDL_LOG(DEBUG) << "allreduce: hierarchical, " << topo.hosts << " hosts x " << topo.local_size
+                  << " ranks";
   return std::make_unique<HierarchicalAllreduce>(std::move(local), std::move(cross_t), opts);
 }
 

@@ -92,10 +92,12 @@ RoundResult Controller::round(std::vector<Request> fresh, bool want_shutdown, Ti
       uint32_t b = static_cast<uint32_t>(w * 64 + __builtin_ctzll(ready));
       ready &= ready - 1;
       res.responses.push_back(cache_.response(b));
+      res.responses.back().from_cache = true;
       cache_.touch(b);
       auto it = pending_cached_.find(b);
-      if (timeline_now && it != pending_cached_.end()) released.push_back(std::move(it->second.req));
-      pending_cached_.erase(b);
+      if (it == pending_cached_.end()) continue;
+      if (timeline_now) released.push_back(std::move(it->second.req));
+      pending_cached_.erase(it);
     }
   }
   // The coordinator never saw these: while the timeline records, every rank sends
@@ -146,7 +148,7 @@ RoundResult Controller::round(std::vector<Request> fresh, bool want_shutdown, Ti
 }
 
 void Controller::executed(const Response& r, const Request* local) {
-  if (!local || !ResponseCache::cacheable(r)) return;
+  if (!local || r.from_cache || !ResponseCache::cacheable(r)) return;
   int64_t evicted = cache_.put(r, *local);
   if (evicted >= 0) requeue(static_cast<uint32_t>(evicted));
 }

@@ -135,13 +135,12 @@ std::shared_ptr<HandleState> Engine::handle(int64_t id) {
   return h;
 }
 
-void Engine::wait(int64_t id) {
-  auto h = handle(id);
-  if (!h->poll()) {
+void Engine::wait(HandleState& h) {
+  if (!h.poll()) {
     std::lock_guard<std::mutex> l(mu_);
     for (auto& kv : workers_) kv.second->queue().request_flush();
   }
-  h->wait();
+  h.wait();
 }
 
 int Engine::add_process_set(const std::vector<int>& ranks) {

@@ -38,7 +38,7 @@ class Engine {
   int64_t enqueue(EnqueueArgs a);
   std::shared_ptr<HandleState> handle(int64_t id);
   void release(int64_t id) { handles_.release(id); }
-  void wait(int64_t id);  // blocks; caller releases the GIL
+  void wait(HandleState& h);  // blocks; caller releases the GIL
 
   // Process sets: collective over all ranks. Returns the new id.
   int add_process_set(const std::vector<int>& ranks);

@@ -57,6 +57,9 @@ struct Response {
   std::string group;
   std::string error;  // non-empty: fail the tensor on every rank with this message
   int32_t last_joined = -1;  // JOIN: the last rank to join
+  // Local only (never encoded): this rank took it from its response cache this round,
+  // so the cache already holds it and executing it need not store it again.
+  bool from_cache = false;
   bool ok() const { return error.empty(); }
 };
 
@@ -66,5 +69,12 @@ std::string encode_responses(const std::vector<Response>& v);
 std::vector<Response> decode_responses(const std::string& bytes);
 
 std::string shape_str(const std::vector<int64_t>& shape);
+
+// Bytes of a dense tensor of this shape (empty: a scalar) and dtype.
+inline size_t tensor_bytes(const std::vector<int64_t>& shape, DataType dt) {
+  size_t n = dtype_size(dt);
+  for (auto d : shape) n *= static_cast<size_t>(d);
+  return n;
+}
 
 }  // namespace hvdl

@@ -4,12 +4,6 @@
 
 namespace hvdl {
 
-static size_t request_bytes(const Request& q) {
-  size_t n = dtype_size(q.dtype);
-  for (auto d : q.shape) n *= static_cast<size_t>(d);
-  return n;
-}
-
 void TensorQueue::push(std::unique_ptr<TensorEntry> e) {
   bool wake;
   {
@@ -23,7 +17,7 @@ void TensorQueue::push(std::unique_ptr<TensorEntry> e) {
     const bool first = fresh_.empty();
     if (first) oldest_fresh_ = Clock::now();
     fresh_.push_back(name);
-    fresh_bytes_ += request_bytes(e->req);
+    fresh_bytes_ += tensor_bytes(e->req.shape, e->req.dtype);
     table_[name] = std::move(e);
     // Only the first tensor of a batch (the worker then knows when its window closes)
     // and the one that makes the batch ready need the worker. Waking it for every

@@ -16,9 +16,7 @@ using namespace std::chrono;
 // Bytes of tensor data a response moves per rank (what the autotuner and timeline count).
 static size_t payload_bytes(const Response& r) {
   if (!r.ok() || r.op == OpType::BARRIER || r.op == OpType::JOIN) return 0;
-  size_t n = dtype_size(r.dtype);
-  for (auto d : r.shape) n *= static_cast<size_t>(d);
-  return n;
+  return tensor_bytes(r.shape, r.dtype);
 }
 
 Worker::Worker(std::unique_ptr<Transport> t, EngineParams p, int id,

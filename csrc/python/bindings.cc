@@ -76,7 +76,7 @@ void wait(int64_t h) {
   auto st = Engine::get().handle(h);
   {
     py::gil_scoped_release nogil;
-    Engine::get().wait(h);
+    Engine::get().wait(*st);
   }
   if (!st->status.is_ok()) throw InternalError(st->status.message());
 }
@@ -94,9 +94,7 @@ py::object pooled_array(std::shared_ptr<void> block, size_t bytes) {
 py::object output(int64_t h) {
   auto st = Engine::get().handle(h);
   if (!st->out) return py::none();
-  size_t bytes = dtype_size(st->out_dtype);
-  for (auto d : st->out_shape) bytes *= static_cast<size_t>(d);
-  return pooled_array(st->out, bytes);
+  return pooled_array(st->out, tensor_bytes(st->out_shape, st->out_dtype));
 }
 
 }  // namespace

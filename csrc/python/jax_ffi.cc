@@ -158,8 +158,8 @@ std::string finish(Pending& p) {
     int64_t h = p.handles[i];
     std::shared_ptr<HandleState> st;
     try {
-      eng.wait(h);
       st = eng.handle(h);
+      eng.wait(*st);
     } catch (const std::exception& e) {
       if (err.empty()) err = e.what();
       continue;
@@ -167,8 +167,7 @@ std::string finish(Pending& p) {
     if (!st->status.is_ok()) {
       if (err.empty()) err = st->status.message();
     } else if (st->out) {
-      size_t have = dtype_size(st->out_dtype);
-      for (auto d : st->out_shape) have *= static_cast<size_t>(d);
+      size_t have = tensor_bytes(st->out_shape, st->out_dtype);
       size_t want = buffer_bytes(p.rets[i], p.dtypes[i]);
       if (have != want) {
         if (err.empty())

@@ -154,13 +154,7 @@ class MpiTransport : public Transport {
     wait_polite(&r, 1);
   }
 
-  std::unique_ptr<Transport> split(int color, int key) override {
-    MPI_Comm sub;
-    check(MPI_Comm_split(ctrl_, color, key, &sub), "MPI_Comm_split");
-    auto t = std::make_unique<MpiTransport>(sub);
-    MPI_Comm_free(&sub);
-    return t;
-  }
+  std::unique_ptr<Transport> split(int color, int key) override;
 
   void ring(uint64_t round) override {
     if (!bell_sends_.empty()) {
@@ -221,6 +215,30 @@ class MpiTransport : public Transport {
   std::vector<MPI_Request> bell_sends_;
 };
 
+// A transport over its own duplicate of `sub`, which is then freed.
+std::unique_ptr<Transport> adopt(MPI_Comm sub) {
+  auto t = std::make_unique<MpiTransport>(sub);
+  MPI_Comm_free(&sub);
+  return t;
+}
+
+// The ranks of `base` listed in `ranks`, in that order, as a new communicator;
+// MPI_COMM_NULL on the others. Collective over `base`.
+MPI_Comm split_members(MPI_Comm base, const std::vector<int>& ranks, int me) {
+  auto it = std::find(ranks.begin(), ranks.end(), me);
+  const bool member = it != ranks.end();
+  MPI_Comm sub;
+  check(MPI_Comm_split(base, member ? 0 : MPI_UNDEFINED, static_cast<int>(it - ranks.begin()), &sub),
+        "MPI_Comm_split");
+  return sub;
+}
+
+std::unique_ptr<Transport> MpiTransport::split(int color, int key) {
+  MPI_Comm sub;
+  check(MPI_Comm_split(ctrl_, color, key, &sub), "MPI_Comm_split");
+  return adopt(sub);
+}
+
 bool g_we_initialized = false;
 
 void finalize_at_exit() {
@@ -265,14 +283,8 @@ class MpiWorld : public World {
   bool threads_supported() const override { return threads_; }
 
   std::unique_ptr<Transport> create_group(const std::vector<int>& ranks) override {
-    bool member = std::find(ranks.begin(), ranks.end(), topo_.rank) != ranks.end();
-    int key = static_cast<int>(std::find(ranks.begin(), ranks.end(), topo_.rank) - ranks.begin());
-    MPI_Comm sub;
-    check(MPI_Comm_split(comm_, member ? 0 : MPI_UNDEFINED, key, &sub), "MPI_Comm_split");
-    if (!member) return nullptr;
-    auto t = std::make_unique<MpiTransport>(sub);
-    MPI_Comm_free(&sub);
-    return t;
+    MPI_Comm sub = split_members(comm_, ranks, topo_.rank);
+    return sub == MPI_COMM_NULL ? nullptr : adopt(sub);
   }
 
  private:
@@ -286,26 +298,14 @@ class MpiWorld : public World {
           "MPI_Allgather");
     std::vector<std::string> names(topo_.size);
     for (int i = 0; i < topo_.size; ++i) names[i].assign(&all[i * 255], 255);
-    std::vector<std::string> hosts;
-    topo_.host_of_rank.resize(topo_.size);
+    std::vector<std::string> hosts;  // host ids in order of first appearance
+    std::vector<int> host_of_rank(topo_.size);
     for (int i = 0; i < topo_.size; ++i) {
       auto it = std::find(hosts.begin(), hosts.end(), names[i]);
-      topo_.host_of_rank[i] = static_cast<int>(it - hosts.begin());
+      host_of_rank[i] = static_cast<int>(it - hosts.begin());
       if (it == hosts.end()) hosts.push_back(names[i]);
     }
-    std::vector<int> per_host(hosts.size(), 0), local_rank_of(topo_.size);
-    for (int i = 0; i < topo_.size; ++i) local_rank_of[i] = per_host[topo_.host_of_rank[i]]++;
-    int my_host = topo_.host_of_rank[topo_.rank];
-    topo_.local_rank = local_rank_of[topo_.rank];
-    topo_.local_size = per_host[my_host];
-    topo_.cross_size = 0;
-    for (int i = 0; i < topo_.size; ++i) {
-      if (local_rank_of[i] != topo_.local_rank) continue;
-      if (i == topo_.rank) topo_.cross_rank = topo_.cross_size;
-      ++topo_.cross_size;
-    }
-    topo_.homogeneous = std::all_of(per_host.begin(), per_host.end(),
-                                    [&](int n) { return n == per_host[0]; });
+    topo_ = topology_of(host_of_rank, topo_.rank);
   }
 
   MPI_Comm comm_;
@@ -324,12 +324,8 @@ std::unique_ptr<World> make_mpi_world(long long fortran_comm, const std::vector<
   } else {
     int me = 0;
     MPI_Comm_rank(base, &me);
-    auto it = std::find(ranks.begin(), ranks.end(), me);
-    bool member = it != ranks.end();
-    check(MPI_Comm_split(base, member ? 0 : MPI_UNDEFINED, static_cast<int>(it - ranks.begin()),
-                         &comm),
-          "MPI_Comm_split");
-    if (!member)
+    comm = split_members(base, ranks, me);
+    if (comm == MPI_COMM_NULL)
       throw std::invalid_argument("init(comm=ranks): rank " + std::to_string(me) +
                                   " is not in the given rank list");
   }

@@ -2,6 +2,8 @@
 // the groups (process sets) carved out of it. The engine asks a World for
 // Transports and never sees what is underneath.
 #pragma once
+#include <algorithm>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -15,8 +17,33 @@ struct Topology {
   int local_rank = 0, local_size = 1;  // ranks on this host
   int cross_rank = 0, cross_size = 1;  // ranks sharing my local_rank, one per host
   bool homogeneous = true;             // every host runs the same number of ranks
-  std::vector<int> host_of_rank;       // host index of every world rank
+  int hosts = 1;
+  std::vector<int> host_of_rank;       // host id (>= 0) of every rank
 };
+
+// Where `rank` sits when rank i runs on host host_of_rank[i]: ranks of one host are
+// numbered in rank order, and so are the ranks sharing a local rank across hosts.
+inline Topology topology_of(const std::vector<int>& host_of_rank, int rank) {
+  Topology t;
+  t.rank = rank;
+  t.size = static_cast<int>(host_of_rank.size());
+  t.host_of_rank = host_of_rank;
+  std::map<int, int> per_host;  // host id -> its ranks so far
+  std::vector<int> local(host_of_rank.size());
+  for (size_t i = 0; i < host_of_rank.size(); ++i) local[i] = per_host[host_of_rank[i]]++;
+  t.local_rank = local[rank];
+  t.local_size = per_host[host_of_rank[rank]];
+  t.cross_size = 0;
+  for (int i = 0; i < t.size; ++i) {
+    if (local[i] != t.local_rank) continue;
+    if (i == rank) t.cross_rank = t.cross_size;
+    ++t.cross_size;
+  }
+  t.hosts = static_cast<int>(per_host.size());
+  t.homogeneous = std::all_of(per_host.begin(), per_host.end(),
+                              [&](const auto& kv) { return kv.second == t.local_size; });
+  return t;
+}
 
 class World {
  public:

@@ -44,7 +44,7 @@ class AllreduceOp : public CollectiveOp {
     check_reduction(reqs, resp);
   }
 
-  size_t fusion_bytes(const Response& r) const override { return numel(r.shape) * dtype_size(r.dtype); }
+  size_t fusion_bytes(const Response& r) const override { return tensor_bytes(r.shape, r.dtype); }
 
   bool fuses_in_place(const Response& r, const AllreduceAlgorithm* host) const override {
     return host && host->takes_spans() && r.device < 0;

@@ -34,7 +34,7 @@ class BroadcastOp : public CollectiveOp {
   }
 
   size_t fusion_bytes(const Response& r) const override {
-    size_t bytes = numel(r.shape) * dtype_size(r.dtype);
+    size_t bytes = tensor_bytes(r.shape, r.dtype);
     // An empty tensor still joins its group (0 would mean "never fuses").
     return bytes <= kFuseUpToBytes ? std::max<size_t>(bytes, 1) : 0;
   }
@@ -54,11 +54,11 @@ class BroadcastOp : public CollectiveOp {
     for (size_t k = 0; k < group.size(); ++k) {
       dst[k] = entries[k]->output;
       if (!dst[k]) {
-        owned[k] = OutputPool::get().allocate(numel(group[k]->shape) * dtype_size(group[k]->dtype));
+        owned[k] = OutputPool::get().allocate(tensor_bytes(group[k]->shape, group[k]->dtype));
         dst[k] = owned[k].get();
       }
     }
-    FusionLayout layout(group, [](const Response& r) { return numel(r.shape) * dtype_size(r.dtype); });
+    FusionLayout layout(group, [](const Response& r) { return tensor_bytes(r.shape, r.dtype); });
     auto root_copy = [&](size_t k) {
       if (is_root && dst[k] != entries[k]->input && layout.bytes(k))
         std::memcpy(dst[k], entries[k]->input, layout.bytes(k));

@@ -26,7 +26,7 @@ class ReducescatterOp : public CollectiveOp {
   }
 
   size_t fusion_bytes(const Response& r) const override {
-    size_t bytes = numel(r.shape) * dtype_size(r.dtype);
+    size_t bytes = tensor_bytes(r.shape, r.dtype);
     // Padding: every rank's piece is aligned separately (at most 64 B each, and
     // there are at most dim0 non-empty pieces plus one per rank).
     return bytes <= kFuseUpToBytes ? bytes + FusionLayout::kAlign * (r.shape[0] + 1) : 0;
