@@ -43,8 +43,9 @@ def submit(keep, finish, **kwargs):
     return h
 
 
-def track(h, keep, finish):
-    """Keeps `keep` alive until `h` is synchronized, which returns finish(h)."""
+def track(h, keep, finish=None):
+    """Keeps `keep` alive until `h` is synchronized, which returns finish(h), or
+    without `finish` the last object kept (the output array)."""
     _pending[h] = (keep, finish)  # one dict operation: atomic, no lock needed
 
 
@@ -58,22 +59,29 @@ def poll(handle):
 def synchronize(handle):
     """Waits for the collective and returns its result; raises HorovodInternalError
     (a RuntimeError) if it failed on the ranks."""
-    if type(handle) is not int and hasattr(handle, "handles"):  # a group: every member
-        results, error = [], None
-        for h in handle.handles:
-            try:
-                results.append(synchronize(h))
-            except Exception as e:  # noqa: BLE001 - re-raised below, after all members
-                error = error or e
-        if error is not None:
-            raise error
-        return results
-    entry = _pending.get(handle)
+    entry = _pending.pop(handle, None)
     if entry is None:
+        if hasattr(handle, "handles"):  # a group: every member
+            return _synchronize_all(handle.handles)
         raise ValueError(f"horovodlite: unknown or already synchronized handle {handle}")
+    keep, finish = entry
+    if finish is None:  # the result is the output array, the handle is not needed
+        _core.wait_release(handle)
+        return keep[-1]
     try:
         _core.wait(handle)
-        return entry[1](handle)
+        return finish(handle)
     finally:
-        _pending.pop(handle, None)
         _core.release(handle)
+
+
+def _synchronize_all(handles):
+    results, error = [], None
+    for h in handles:
+        try:
+            results.append(synchronize(h))
+        except Exception as e:  # noqa: BLE001 - re-raised below, after all members
+            error = error or e
+    if error is not None:
+        raise error
+    return results

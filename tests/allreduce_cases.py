@@ -302,6 +302,36 @@ def run_many_in_flight(hvd, count=300):
     return res
 
 
+def run_mixed_in_flight(hvd, per_kind=4):
+    """Small async tensors in flight together that differ in dtype, op or scale
+    factors: only equal ones may share a fusion buffer, and every result must still be
+    its own reference. Returns the engine's counters for them."""
+    n, r = hvd.size(), hvd.rank()
+    ck = Checker()
+    hvd.allreduce(np.zeros(1), name="warmup")
+    from horovodlite._loader import _core
+    before = _core.stats(0)
+    kinds = [(dt, op, pre, post) for dt in ("float32", "float64", "int32") for op in ("Sum", "Max")
+             for pre, post in ((1.0, 1.0), (0.5, 3.0), (2.0, 1.0)) if dt != "int32" or pre == 1.0]
+    cases = [(f"mixed/{dt}/{op}/{pre}/{post}/{i}", dt, op, pre, post)
+             for dt, op, pre, post in kinds for i in range(per_kind)]
+    order = cases if r % 2 == 0 else cases[::-1]
+    handles = {}
+    for key, dt, op, pre, post in order:
+        x = make_input(dt, (5,), OPS[op], r, n, key)
+        handles[key] = hvd.allreduce_async(x, op=OPS[op], prescale_factor=pre, postscale_factor=post,
+                                           name=key)
+    for key, dt, op, pre, post in cases:
+        want = reference(all_inputs(dt, (5,), OPS[op], n, key), OPS[op], pre, post)
+        ck.check(key, hvd.synchronize(handles[key]), want)
+    after = _core.stats(0)
+    res = ck.result()
+    res["kinds"] = len(kinds)
+    res["groups"] = after["groups"] - before["groups"]
+    res["tensors"] = after["tensors"] - before["tensors"]
+    return res
+
+
 def run_segments(hvd):
     """Blocks of several pipelined segments, and blocks that differ by one element
     across a segment boundary (run with a small HOROVODLITE_RING_SEGMENT_BYTES)."""

@@ -61,6 +61,16 @@ def test_many_in_flight_are_fused():
         assert r["groups"] < r["tensors"] / 2, f"rank {rank}: {r['groups']} rings for 300 tensors"
 
 
+def test_only_equal_dtype_op_and_scales_fuse():
+    res = run_cases(2, """
+    def main(hvd):
+        return C.run_mixed_in_flight(hvd)
+    """)
+    for r in res:
+        assert r["tensors"] == 4 * r["kinds"], r
+        assert r["groups"] < r["tensors"], r  # equal ones still share a ring
+
+
 def test_fusion_off_takes_one_ring_per_tensor():
     res = run_cases(2, """
     def main(hvd):

@@ -26,7 +26,8 @@ std::vector<std::vector<const Response*>> plan_fusion(const std::vector<Response
       groups.push_back({&r});
       continue;
     }
-    std::string key = std::to_string(static_cast<int>(r.op)) + ':' + op->fusion_key(r);
+    std::string key = op->fusion_key(r);
+    key += static_cast<char>(r.op);
     auto it = open.find(key);
     if (it != open.end() && it->second.second + FusionLayout::align(bytes) <= threshold) {
       groups[it->second.first].push_back(&r);

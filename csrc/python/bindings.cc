@@ -42,6 +42,36 @@ void* address_of(py::handle h) {
   return as_ptr(h.attr("__array_interface__")["data"].cast<py::tuple>()[0].cast<uintptr_t>());
 }
 
+// The allreduce of every training step, with only its own arguments: pybind11's
+// dispatch costs per argument, and a step submits a hundred or more of these. A numpy
+// array's shape comes with its address through the buffer protocol.
+int64_t enqueue_allreduce(const std::string& name, py::handle in, py::handle out, int dtype,
+                          int reduce_op, double prescale, double postscale,
+                          const std::string& group, int group_size, int process_set) {
+  EnqueueArgs a;
+  a.process_set = process_set;
+  a.req.name = name;
+  a.req.op = OpType::ALLREDUCE;
+  a.req.dtype = static_cast<DataType>(dtype);
+  a.req.reduce_op = static_cast<ReduceOp>(reduce_op);
+  a.req.prescale = prescale;
+  a.req.postscale = postscale;
+  a.req.group = group;
+  a.req.group_size = group_size;
+  Py_buffer view;
+  if (PyObject_GetBuffer(in.ptr(), &view, PyBUF_ND) == 0) {
+    a.input = view.buf;
+    a.req.shape.assign(view.shape, view.shape + view.ndim);
+    PyBuffer_Release(&view);
+  } else {
+    PyErr_Clear();
+    a.input = address_of(in);
+    a.req.shape = in.attr("shape").cast<std::vector<int64_t>>();
+  }
+  a.output = in.is(out) ? const_cast<void*>(a.input) : address_of(out);
+  return Engine::get().enqueue(std::move(a));
+}
+
 int64_t enqueue(int op, const std::string& name, py::handle in, py::handle out, int dtype,
                 std::vector<int64_t> shape, int reduce_op, double prescale, double postscale,
                 int root, int device, std::vector<int64_t> splits, const std::string& group,
@@ -78,6 +108,18 @@ void wait(int64_t h) {
     py::gil_scoped_release nogil;
     Engine::get().wait(*st);
   }
+  if (!st->status.is_ok()) throw InternalError(st->status.message());
+}
+
+// wait, then release the handle whatever the outcome: one call for results that do
+// not need the handle any more.
+void wait_release(int64_t h) {
+  auto st = Engine::get().handle(h);
+  {
+    py::gil_scoped_release nogil;
+    Engine::get().wait(*st);
+  }
+  Engine::get().release(h);
   if (!st->status.is_ok()) throw InternalError(st->status.message());
 }
 
@@ -135,8 +177,10 @@ PYBIND11_MODULE(_core, m) {
         py::arg("splits") = std::vector<int64_t>(), py::arg("group") = "",
         py::arg("group_size") = 0, py::arg("process_set") = 0, py::arg("error") = "",
         py::arg("stream") = py::none());
+  m.def("enqueue_allreduce", &enqueue_allreduce);
   m.def("poll", [](int64_t h) { return Engine::get().handle(h)->poll(); });
   m.def("wait", &wait);
+  m.def("wait_release", &wait_release);
   m.def("release", [](int64_t h) { Engine::get().release(h); });
   m.def("output", &output);
   // Uninitialised bytes from the output pool: large results reuse warm pages.
