@@ -43,11 +43,14 @@ void* address_of(py::handle h) {
 }
 
 // The allreduce of every training step, with only its own arguments: pybind11's
-// dispatch costs per argument, and a step submits a hundred or more of these. A numpy
-// array's shape comes with its address through the buffer protocol.
+// dispatch costs per argument, and a step submits a hundred or more of these. Without
+// `shape`, `in` is a numpy array whose shape comes with its address through the buffer
+// protocol; with it, `in` and `out` may be addresses (torch). `device`/`stream` as in
+// enqueue.
 int64_t enqueue_allreduce(const std::string& name, py::handle in, py::handle out, int dtype,
                           int reduce_op, double prescale, double postscale,
-                          const std::string& group, int group_size, int process_set) {
+                          const std::string& group, int group_size, int process_set,
+                          py::handle shape, int device, py::handle stream) {
   EnqueueArgs a;
   a.process_set = process_set;
   a.req.name = name;
@@ -58,8 +61,16 @@ int64_t enqueue_allreduce(const std::string& name, py::handle in, py::handle out
   a.req.postscale = postscale;
   a.req.group = group;
   a.req.group_size = group_size;
+  a.req.device = device;
+  if (!stream.is_none()) {
+    a.has_stream = true;
+    a.stream = as_ptr(stream.cast<uintptr_t>());
+  }
   Py_buffer view;
-  if (PyObject_GetBuffer(in.ptr(), &view, PyBUF_ND) == 0) {
+  if (!shape.is_none()) {
+    a.input = address_of(in);
+    a.req.shape = shape.cast<std::vector<int64_t>>();
+  } else if (PyObject_GetBuffer(in.ptr(), &view, PyBUF_ND) == 0) {
     a.input = view.buf;
     a.req.shape.assign(view.shape, view.shape + view.ndim);
     PyBuffer_Release(&view);
@@ -177,7 +188,10 @@ PYBIND11_MODULE(_core, m) {
         py::arg("splits") = std::vector<int64_t>(), py::arg("group") = "",
         py::arg("group_size") = 0, py::arg("process_set") = 0, py::arg("error") = "",
         py::arg("stream") = py::none());
-  m.def("enqueue_allreduce", &enqueue_allreduce);
+  m.def("enqueue_allreduce", &enqueue_allreduce, py::arg("name"), py::arg("input"),
+        py::arg("output"), py::arg("dtype"), py::arg("reduce_op"), py::arg("prescale"),
+        py::arg("postscale"), py::arg("group"), py::arg("group_size"), py::arg("process_set"),
+        py::arg("shape") = py::none(), py::arg("device") = -1, py::arg("stream") = py::none());
   m.def("poll", [](int64_t h) { return Engine::get().handle(h)->poll(); });
   m.def("wait", &wait);
   m.def("wait_release", &wait_release);

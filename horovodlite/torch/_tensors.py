@@ -31,10 +31,9 @@ def placement(t, what="tensor"):
     """Where the core finds `t`: {"device": -1} for host memory; for a CUDA tensor its
     ordinal and the producer's current stream, which the engine's stream waits on
     before reading (so nothing here blocks the caller)."""
-    kind = t.device.type
-    if kind == "cpu":
+    if t.is_cpu:  # a property: t.device builds an object, five times slower
         return {"device": -1}
-    if kind == "cuda" and getattr(_core, "CUDA_BUILT", False):
+    if t.is_cuda and getattr(_core, "CUDA_BUILT", False):
         return {"device": t.device.index,
                 "stream": torch.cuda.current_stream(t.device).cuda_stream}
     raise ValueError(f"horovodlite: {what} is on device '{t.device}', which this build cannot "

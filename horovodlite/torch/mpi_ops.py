@@ -17,8 +17,9 @@ import torch
 
 from ..basics import Average, Max, Min, Product, Sum, _topology
 from ..basics import rank as _rank
-from ..handles import auto_name, poll, submit, synchronize
-from ..ops import (ALLGATHER, ALLREDUCE, ALLTOALL, BROADCAST, REDUCESCATTER, _GroupHandle,
+from .._loader import _core
+from ..handles import auto_name, poll, submit, synchronize, track
+from ..ops import (ALLGATHER, ALLTOALL, BROADCAST, REDUCESCATTER, _GroupHandle,
                    _root_in_set, _splits_list, resolve_op)
 from ..process_sets import _set_id, global_process_set
 from ._tensors import check_tensor, code_of, engine_output, placement
@@ -59,8 +60,10 @@ def _prepare(tensor, what, on_device=False):
     core runs on host memory only (`on_device` False) get GPU tensors staged through
     the host; their results go back to the tensor's device."""
     check_tensor(tensor, what)
-    src = tensor.detach()
-    if src.device.type != "cpu" and not on_device:
+    # Only a tensor that records gradients needs detaching: detach() costs more than
+    # the rest of a gradient's submission, and optimizer gradients never record.
+    src = tensor.detach() if tensor.requires_grad else tensor
+    if not src.is_cpu and not on_device:
         src = src.cpu()
     if not src.is_contiguous():
         src = src.contiguous()
@@ -69,9 +72,10 @@ def _prepare(tensor, what, on_device=False):
 
 def _in_place_target(tensor, src):
     """Where an in-place op writes, and how its result reaches `tensor`: contiguous
-    tensors are written directly; others via a contiguous copy written back at the end."""
+    tensors are written directly (no finish: the result is the last object kept);
+    others via a contiguous copy written back at the end."""
     if src.data_ptr() == tensor.data_ptr() and tensor.is_contiguous():
-        return src, lambda h: tensor
+        return src, None
 
     def copy_back(h):
         with torch.no_grad():
@@ -90,13 +94,16 @@ def _allreduce_submit(tensor, in_place, name, op, prescale, postscale, process_s
     code = code_of(src.dtype, reducible=True, what=what)
     if in_place:
         dst, finish = _in_place_target(tensor, src)
+        keep = (src, dst, tensor)  # without finish, synchronize returns `tensor`
     else:
-        dst = torch.empty_like(src)
-        finish = lambda h: dst  # noqa: E731
-    return submit((tensor, src, dst), finish, op=ALLREDUCE, name=name, input=src.data_ptr(),
-                  output=dst.data_ptr(), dtype=code, shape=list(src.shape), reduce_op=op,
-                  prescale=float(prescale), postscale=float(postscale), **where,
-                  process_set=_set_id(process_set), group=group, group_size=group_size)
+        dst, finish = torch.empty_like(src), None
+        keep = (tensor, src, dst)
+    # The allreduce entry point, like numpy's: a gradient's submission is on every step.
+    h = _core.enqueue_allreduce(name, src.data_ptr(), dst.data_ptr(), code, op, float(prescale),
+                                float(postscale), group, group_size, _set_id(process_set),
+                                src.shape, where["device"], where.get("stream"))
+    track(h, keep, finish)
+    return h
 
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
