@@ -42,6 +42,14 @@ void* address_of(py::handle h) {
   return as_ptr(h.attr("__array_interface__")["data"].cast<py::tuple>()[0].cast<uintptr_t>());
 }
 
+// GPU tensors: the producer's cudaStream_t as an int (0 = legacy default stream);
+// None = the tensor is ready now.
+void set_stream(EnqueueArgs& a, py::handle stream) {
+  if (stream.is_none()) return;
+  a.has_stream = true;
+  a.stream = as_ptr(stream.cast<uintptr_t>());
+}
+
 // The allreduce of every training step, with only its own arguments: pybind11's
 // dispatch costs per argument, and a step submits a hundred or more of these. Without
 // `shape`, `in` is a numpy array whose shape comes with its address through the buffer
@@ -62,10 +70,7 @@ int64_t enqueue_allreduce(const std::string& name, py::handle in, py::handle out
   a.req.group = group;
   a.req.group_size = group_size;
   a.req.device = device;
-  if (!stream.is_none()) {
-    a.has_stream = true;
-    a.stream = as_ptr(stream.cast<uintptr_t>());
-  }
+  set_stream(a, stream);
   Py_buffer view;
   if (!shape.is_none()) {
     a.input = address_of(in);
@@ -104,33 +109,19 @@ int64_t enqueue(int op, const std::string& name, py::handle in, py::handle out, 
   a.req.error = error;
   a.input = address_of(in);
   a.output = address_of(out);
-  // GPU tensors: the producer's cudaStream_t as an int (0 = legacy default stream);
-  // None = the tensor is ready now.
-  if (!stream.is_none()) {
-    a.has_stream = true;
-    a.stream = as_ptr(stream.cast<uintptr_t>());
-  }
+  set_stream(a, stream);
   return Engine::get().enqueue(std::move(a));
 }
 
-void wait(int64_t h) {
+// Waits for `h` without the GIL; `release` also drops the handle, whatever the outcome
+// (one call for results that do not need the handle any more).
+void wait(int64_t h, bool release) {
   auto st = Engine::get().handle(h);
   {
     py::gil_scoped_release nogil;
     Engine::get().wait(*st);
   }
-  if (!st->status.is_ok()) throw InternalError(st->status.message());
-}
-
-// wait, then release the handle whatever the outcome: one call for results that do
-// not need the handle any more.
-void wait_release(int64_t h) {
-  auto st = Engine::get().handle(h);
-  {
-    py::gil_scoped_release nogil;
-    Engine::get().wait(*st);
-  }
-  Engine::get().release(h);
+  if (release) Engine::get().release(h);
   if (!st->status.is_ok()) throw InternalError(st->status.message());
 }
 
@@ -193,8 +184,8 @@ PYBIND11_MODULE(_core, m) {
         py::arg("postscale"), py::arg("group"), py::arg("group_size"), py::arg("process_set"),
         py::arg("shape") = py::none(), py::arg("device") = -1, py::arg("stream") = py::none());
   m.def("poll", [](int64_t h) { return Engine::get().handle(h)->poll(); });
-  m.def("wait", &wait);
-  m.def("wait_release", &wait_release);
+  m.def("wait", [](int64_t h) { wait(h, false); });
+  m.def("wait_release", [](int64_t h) { wait(h, true); });
   m.def("release", [](int64_t h) { Engine::get().release(h); });
   m.def("output", &output);
   // Uninitialised bytes from the output pool: large results reuse warm pages.
