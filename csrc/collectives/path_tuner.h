@@ -58,9 +58,12 @@ class PathTuner {
     const int before = k.best(options_);
     double& cost = k.cost[option];
     const double c = seconds / static_cast<double>(bytes);
-    // Slow to trust one sample (a descheduled step can take 10x), but quick enough to
-    // follow a move of the vCPUs within a few explorations.
-    cost = cost == 0 ? c : cost + 0.3 * (c - cost);
+    // The option in use is timed on every call: blend, slow to trust one sample (a
+    // descheduled step can take 10x) but following a drift within a few calls. A
+    // loser is timed only when explored, so its cost is stale, not evidence: the new
+    // sample replaces it, and a loser that became the cheapest takes over at once
+    // (if that sample was a fluke, blending it on the next calls hands back).
+    cost = (cost == 0 || option != before) ? c : cost + 0.3 * (c - cost);
     if (k.best(options_) != before) {  // things move: look often
       k.interval = kFirstInterval;
       k.explore_at = std::min(k.explore_at, k.calls + kFirstInterval);

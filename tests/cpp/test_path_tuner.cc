@@ -2,7 +2,8 @@
 //   g++ -O2 -std=c++17 -I csrc tests/cpp/test_path_tuner.cc -o /tmp/test_path_tuner
 // 1. it tries every option during warm-up, then settles on the cheapest;
 // 2. after settling it keeps looking at the losers, less and less often;
-// 3. when the costs swap (the vCPUs moved), it follows within a few explorations;
+// 3. when the costs swap (the vCPUs moved), it follows within a few explorations, and
+//    a loser that became the cheapest takes over at its next exploration;
 // 4. size classes and kinds are independent, and calls below min_bytes are not timed.
 #include <cstdio>
 #include <vector>
@@ -52,6 +53,14 @@ int main() {
     std::vector<int> k(3, 0);
     for (int i = 0; i < 6; ++i) k[t.choose(4 * mib, 1)]++;
     CHECK(k[0] == 2 && k[1] == 2 && k[2] == 2);
+  }
+  {
+    // A loser that became the cheapest (the vCPUs moved) takes over at its next
+    // exploration, however bad it looked before: its old cost is stale, not evidence.
+    PathTuner t(3);
+    drive(t, 4 * mib, {50.0, 15.0, 12.0}, 60);
+    auto c = drive(t, 4 * mib, {10.0, 17.0, 13.0}, 200);
+    CHECK(c[0] > 120);
   }
   {
     PathTuner t(2);
