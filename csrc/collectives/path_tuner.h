@@ -58,12 +58,15 @@ class PathTuner {
     const int before = k.best(options_);
     double& cost = k.cost[option];
     const double c = seconds / static_cast<double>(bytes);
-    // The option in use is timed on every call: blend, slow to trust one sample (a
-    // descheduled step can take 10x) but following a drift within a few calls. A
-    // loser is timed only when explored, so its cost is stale, not evidence: the new
-    // sample replaces it, and a loser that became the cheapest takes over at once
-    // (if that sample was a fluke, blending it on the next calls hands back).
-    cost = (cost == 0 || option != before) ? c : cost + 0.3 * (c - cost);
+    // Blend: slow to trust one sample (a descheduled step can take 10x), but following
+    // a drift within a few calls of the option in use, which is timed on every call. A
+    // loser is timed only when explored, so a cost it had before the vCPUs moved would
+    // take many explorations, thousands of calls apart, to blend away: a sample under
+    // half its old cost replaces it, and a loser that became the cheapest takes over
+    // at once. Nearer samples blend as usual, so noise between close options does not
+    // flip the choice (each flip makes the losers' explorations frequent again).
+    const bool moved = option != before && c < 0.5 * cost;
+    cost = (cost == 0 || moved) ? c : cost + 0.3 * (c - cost);
     if (k.best(options_) != before) {  // things move: look often
       k.interval = kFirstInterval;
       k.explore_at = std::min(k.explore_at, k.calls + kFirstInterval);

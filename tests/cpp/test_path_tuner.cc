@@ -3,7 +3,8 @@
 // 1. it tries every option during warm-up, then settles on the cheapest;
 // 2. after settling it keeps looking at the losers, less and less often;
 // 3. when the costs swap (the vCPUs moved), it follows within a few explorations, and
-//    a loser that became the cheapest takes over at its next exploration;
+//    a loser that became far cheaper takes over at its next exploration, and noise
+//    between close options does not flip the choice;
 // 4. size classes and kinds are independent, and calls below min_bytes are not timed.
 #include <cstdio>
 #include <vector>
@@ -61,6 +62,14 @@ int main() {
     drive(t, 4 * mib, {50.0, 15.0, 12.0}, 60);
     auto c = drive(t, 4 * mib, {10.0, 17.0, 13.0}, 200);
     CHECK(c[0] > 120);
+  }
+  {
+    // ... while a loser's sample within 2x of its old cost blends in as before: one
+    // sample a little under the winner's cost does not flip the choice.
+    PathTuner t(2);
+    drive(t, 4 * mib, {1.0, 1.5}, 100);
+    auto c = drive(t, 4 * mib, {1.0, 0.95}, 40);
+    CHECK(c[1] <= 2);
   }
   {
     PathTuner t(2);
