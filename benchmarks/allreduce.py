@@ -289,7 +289,7 @@ def resnet(repeats, rows):
     h = med[impls[0][0]]
     f = statistics.median(floor)
     print(f"memory floor (np.add in place over {total * 4 / 1e6:.0f} MB, every rank at once): "
-          f"{f * 1e3:.2f} ms; hvd takes {med[impls[0][0]] / f:.2f}x of it")
+          f"{f * 1e3:.2f} ms; hvd takes {h / f:.2f}x of it")
     print(f"hvd rings per step: {statistics.median(rings[1:]) if len(rings) > 1 else rings}")
     print(f"speedup vs MPI per tensor {med[impls[1][0]] / h:.2f}x, vs MPI packed "
           f"{med[impls[2][0]] / h:.2f}x, vs MPI's best {best_mpi / h:.2f}x")

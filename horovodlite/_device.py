@@ -170,13 +170,13 @@ def _describe_jax(t):
 
 
 # ---- allreduce hand-off shared by the GPU frontends ----
-def submit_allreduce(src, dst, name, op, prescale, postscale, process_set_id, finish,
-                     keep=(), group="", group_size=0):
-    """Enqueues an allreduce of GPU tensor `src` into `dst` (may be `src`: in place).
-    `finish(handle)` makes synchronize's result; `keep` is held until then (src and
-    dst always are). Returns the handle."""
+def submit_allreduce(src, dst, name, op, prescale, postscale, process_set_id, group="",
+                     group_size=0):
+    """Enqueues an allreduce of GPU tensor `src` into `dst` (may be `src`: in place),
+    through the core's allreduce entry point like host arrays; synchronize returns
+    `dst`. Returns the handle."""
     from . import handles
-    from .ops import ALLREDUCE
+    from ._loader import _core
 
     s = describe(src)
     d = s if dst is src else describe(dst)
@@ -186,9 +186,8 @@ def submit_allreduce(src, dst, name, op, prescale, postscale, process_set_id, fi
     if (d.device, d.dtype, d.nbytes) != (s.device, s.dtype, s.nbytes):
         raise ValueError(f"horovodlite: allreduce '{name}': output must match the input's "
                          f"GPU, dtype and size (input GPU {s.device}, output GPU {d.device})")
-    return handles.submit(
-        (src, dst, *keep), finish,
-        op=ALLREDUCE, name=name, input=s.ptr, output=d.ptr, dtype=s.dtype,
-        shape=list(s.shape), reduce_op=op, prescale=float(prescale), postscale=float(postscale),
-        device=s.device, stream=s.stream, process_set=process_set_id, group=group,
-        group_size=group_size)
+    h = _core.enqueue_allreduce(name, s.ptr, d.ptr, s.dtype, op, float(prescale),
+                                float(postscale), group, group_size, process_set_id, s.shape,
+                                s.device, s.stream)
+    handles.track(h, (src, dst))
+    return h

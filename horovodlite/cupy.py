@@ -44,7 +44,7 @@ def _check_array(a, what, writable=False):
 
 def _submit(src, dst, name, op, prescale, postscale, process_set, group="", group_size=0):
     return _device.submit_allreduce(src, dst, name, op, prescale, postscale, _set_id(process_set),
-                                    lambda h: dst, group=group, group_size=group_size)
+                                    group=group, group_size=group_size)
 
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,

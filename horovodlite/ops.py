@@ -270,7 +270,7 @@ def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_se
     t = _writable_contiguous(tensor, "broadcast_ (in place)")
     code = dtypes.code_of(t.dtype, what="broadcast")
     root, err = _root_in_set(root_rank, process_set)
-    return submit((t,), lambda h: t, op=BROADCAST, name=auto_name("broadcast", name, process_set),
+    return submit((t,), None, op=BROADCAST, name=auto_name("broadcast", name, process_set),
                   input=t.ctypes.data, output=t.ctypes.data, dtype=code, shape=list(t.shape),
                   root=root, process_set=_set_id(process_set), error=err)
 
@@ -282,7 +282,7 @@ def grouped_broadcast_async_(tensors, root_rank, name=None, process_set=global_p
     handles = []
     for i, t in enumerate(tensors):
         t = _writable_contiguous(t, "grouped_broadcast_ (in place)")
-        handles.append(submit((t,), lambda h, t=t: t, op=BROADCAST, name=f"{base}.{i}",
+        handles.append(submit((t,), None, op=BROADCAST, name=f"{base}.{i}",
                               input=t.ctypes.data, output=t.ctypes.data,
                               dtype=dtypes.code_of(t.dtype, what="broadcast"), shape=list(t.shape),
                               root=root, process_set=_set_id(process_set), error=err, group=base,

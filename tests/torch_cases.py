@@ -408,6 +408,10 @@ def gather_broadcast_cases():
     nc = torch.full((3, 2), float(r)).t()
     hvd.broadcast_(nc, root_rank=0)
     assert bool((nc == 0).all())
+    # a parameter (records gradients) comes back itself, not a detached alias
+    p = torch.nn.Parameter(torch.full((3,), float(r)))
+    assert hvd.broadcast_(p, root_rank=n - 1) is p and bool((p == n - 1).all())
+    assert hvd.allreduce_(p, op=hvd.Sum) is p
     h = hvd.broadcast_async(torch.full((4,), float(r)), root_rank=1)
     assert bool((hvd.synchronize(h) == 1).all())
     src = torch.full((4,), float(r))

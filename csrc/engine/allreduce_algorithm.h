@@ -31,11 +31,14 @@ class AllreduceAlgorithm {
   // Throws on failure (a peer died, ...).
   virtual void run(const Reducer& red, const void* in, void* out, size_t count, DataType dt,
                    ReduceOp op, double prescale, double postscale, const RingOptions& ring) = 0;
-  // Whether run_spans() works: then many tensors reduce as one, where they lie,
-  // without a fusion buffer, and the fusion planner groups large tensors too.
+  // Whether run_spans() reduces the spans as one buffer: then many tensors reduce as
+  // one, where they lie, without a fusion buffer, and the fusion planner groups large
+  // tensors too. Otherwise it runs them one by one.
   virtual bool takes_spans() const { return false; }
-  virtual void run_spans(const Reducer&, const std::vector<Span>&, DataType, ReduceOp, double,
-                         double, const RingOptions&) {}
+  virtual void run_spans(const Reducer& red, const std::vector<Span>& spans, DataType dt,
+                         ReduceOp op, double prescale, double postscale, const RingOptions& ring) {
+    for (const Span& s : spans) run(red, s.in, s.out, s.count, dt, op, prescale, postscale, ring);
+  }
 };
 
 // Collective over `set`. host_of_member[i] is the host index of the set's rank i

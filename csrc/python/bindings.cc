@@ -26,10 +26,21 @@ struct InternalError : std::runtime_error {
 
 void* as_ptr(uintptr_t p) { return reinterpret_cast<void*>(p); }
 
+// An array numpy cannot describe in a buffer (bfloat16): its address, and its shape
+// if `shape` is given, from __array_interface__.
+void* array_interface(py::handle h, std::vector<int64_t>* shape) {
+  py::dict ai = h.attr("__array_interface__");
+  if (shape) {
+    if (!ai["strides"].is_none())
+      throw std::invalid_argument("horovodlite: the array must be C-contiguous");
+    *shape = ai["shape"].cast<std::vector<int64_t>>();
+  }
+  return as_ptr(ai["data"].cast<py::tuple>()[0].cast<uintptr_t>());
+}
+
 // A tensor's address: an int (torch data_ptr, DLPack, ...), or a contiguous numpy
 // array itself, read through the buffer protocol (a tenth of `a.ctypes.data`'s
-// microsecond). numpy cannot describe some dtypes (bfloat16) in a buffer: those go
-// through __array_interface__.
+// microsecond).
 void* address_of(py::handle h) {
   if (PyLong_Check(h.ptr())) return as_ptr(h.cast<uintptr_t>());
   Py_buffer view;
@@ -39,15 +50,30 @@ void* address_of(py::handle h) {
     return p;
   }
   PyErr_Clear();
-  return as_ptr(h.attr("__array_interface__")["data"].cast<py::tuple>()[0].cast<uintptr_t>());
+  return array_interface(h, nullptr);
 }
 
-// GPU tensors: the producer's cudaStream_t as an int (0 = legacy default stream);
-// None = the tensor is ready now.
-void set_stream(EnqueueArgs& a, py::handle stream) {
-  if (stream.is_none()) return;
-  a.has_stream = true;
-  a.stream = as_ptr(stream.cast<uintptr_t>());
+// The request fields every collective has. GPU tensors come with the producer's
+// cudaStream_t as an int (0 = legacy default stream); None = the tensor is ready now.
+EnqueueArgs request(OpType op, const std::string& name, int dtype, int reduce_op, double prescale,
+                    double postscale, int device, const std::string& group, int group_size,
+                    int process_set, py::handle stream) {
+  EnqueueArgs a;
+  a.process_set = process_set;
+  a.req.name = name;
+  a.req.op = op;
+  a.req.dtype = static_cast<DataType>(dtype);
+  a.req.reduce_op = static_cast<ReduceOp>(reduce_op);
+  a.req.prescale = prescale;
+  a.req.postscale = postscale;
+  a.req.device = device;
+  a.req.group = group;
+  a.req.group_size = group_size;
+  if (!stream.is_none()) {
+    a.has_stream = true;
+    a.stream = as_ptr(stream.cast<uintptr_t>());
+  }
+  return a;
 }
 
 // The allreduce of every training step, with only its own arguments: pybind11's
@@ -59,18 +85,8 @@ int64_t enqueue_allreduce(const std::string& name, py::handle in, py::handle out
                           int reduce_op, double prescale, double postscale,
                           const std::string& group, int group_size, int process_set,
                           py::handle shape, int device, py::handle stream) {
-  EnqueueArgs a;
-  a.process_set = process_set;
-  a.req.name = name;
-  a.req.op = OpType::ALLREDUCE;
-  a.req.dtype = static_cast<DataType>(dtype);
-  a.req.reduce_op = static_cast<ReduceOp>(reduce_op);
-  a.req.prescale = prescale;
-  a.req.postscale = postscale;
-  a.req.group = group;
-  a.req.group_size = group_size;
-  a.req.device = device;
-  set_stream(a, stream);
+  EnqueueArgs a = request(OpType::ALLREDUCE, name, dtype, reduce_op, prescale, postscale, device,
+                          group, group_size, process_set, stream);
   Py_buffer view;
   if (!shape.is_none()) {
     a.input = address_of(in);
@@ -81,8 +97,7 @@ int64_t enqueue_allreduce(const std::string& name, py::handle in, py::handle out
     PyBuffer_Release(&view);
   } else {
     PyErr_Clear();
-    a.input = address_of(in);
-    a.req.shape = in.attr("shape").cast<std::vector<int64_t>>();
+    a.input = array_interface(in, &a.req.shape);
   }
   a.output = in.is(out) ? const_cast<void*>(a.input) : address_of(out);
   return Engine::get().enqueue(std::move(a));
@@ -92,24 +107,14 @@ int64_t enqueue(int op, const std::string& name, py::handle in, py::handle out, 
                 std::vector<int64_t> shape, int reduce_op, double prescale, double postscale,
                 int root, int device, std::vector<int64_t> splits, const std::string& group,
                 int group_size, int process_set, const std::string& error, py::object stream) {
-  EnqueueArgs a;
-  a.process_set = process_set;
-  a.req.name = name;
-  a.req.op = static_cast<OpType>(op);
-  a.req.dtype = static_cast<DataType>(dtype);
+  EnqueueArgs a = request(static_cast<OpType>(op), name, dtype, reduce_op, prescale, postscale,
+                          device, group, group_size, process_set, stream);
   a.req.shape = std::move(shape);
-  a.req.reduce_op = static_cast<ReduceOp>(reduce_op);
-  a.req.prescale = prescale;
-  a.req.postscale = postscale;
   a.req.root = root;
-  a.req.device = device;
   a.req.splits = std::move(splits);
-  a.req.group = group;
-  a.req.group_size = group_size;
   a.req.error = error;
   a.input = address_of(in);
   a.output = address_of(out);
-  set_stream(a, stream);
   return Engine::get().enqueue(std::move(a));
 }
 
@@ -125,8 +130,6 @@ void wait(int64_t h, bool release) {
   if (!st->status.is_ok()) throw InternalError(st->status.message());
 }
 
-// Engine-owned output as a flat uint8 array that keeps the memory alive; the Python
-// layer views it with the right dtype and shape (no copy).
 // A flat uint8 array over `block`, which it keeps alive.
 py::object pooled_array(std::shared_ptr<void> block, size_t bytes) {
   auto* keep = new std::shared_ptr<void>(block);
@@ -135,6 +138,8 @@ py::object pooled_array(std::shared_ptr<void> block, size_t bytes) {
                               static_cast<uint8_t*>(block.get()), owner);
 }
 
+// Engine-owned output as a flat uint8 array that keeps the memory alive; the Python
+// layer views it with the right dtype and shape (no copy).
 py::object output(int64_t h) {
   auto st = Engine::get().handle(h);
   if (!st->out) return py::none();

@@ -45,16 +45,14 @@ def process_set_of(process_set_id):
 
 
 def _eager_allreduce(arrays, name, reduce_op, prescale, postscale, ps, grouped):
-    handles, outs = [], []
+    handles = []
     for i, a in enumerate(arrays):
-        src = _np_ops._contiguous(a)
-        dst = _np_ops._aligned_empty(a.shape, a.dtype)
         handles.append(_np_ops._allreduce_submit(
-            src, dst, f"{name}.{i}" if grouped else name, reduce_op, prescale, postscale, ps,
+            _np_ops._contiguous(a), _np_ops._aligned_empty(a.shape, a.dtype),
+            f"{name}.{i}" if grouped else name, reduce_op, prescale, postscale, ps,
             group=name if grouped else "", group_size=len(arrays) if grouped else 0))
-        outs.append(dst)
-    synchronize(_np_ops._GroupHandle(handles))  # waits for all, then raises the first error
-    return outs
+    # the outputs, once all are done; the first error is raised after waiting for all
+    return synchronize(_np_ops._GroupHandle(handles))
 
 
 def impl(*args, kind, name, reduce_op, prescale, postscale, root, process_set, splits,

@@ -6,7 +6,6 @@ from .. import dtypes
 from .. import ops as _np_ops
 from ..basics import _topology
 from .._loader import _core
-from ..ops import reducescatter_rows  # noqa: F401 - part of this module's kinds
 
 ALLREDUCE, ALLGATHER, BROADCAST, ALLTOALL, REDUCESCATTER = (
     _np_ops.ALLREDUCE, _np_ops.ALLGATHER, _np_ops.BROADCAST, _np_ops.ALLTOALL,

@@ -177,7 +177,7 @@ def _reducescatter(tensor, kind, name, compression, op, process_set, prescale, p
     outs = _run(list(wire), K.REDUCESCATTER, auto_name(kind, name, process_set),
                 grouped=grouped, reduce_op=op, prescale=prescale, postscale=postscale,
                 process_set=ps,
-                out_dim0s=[K.reducescatter_rows(x.shape[0], size, rank) for x in leaves])
+                out_dim0s=[_np_ops.reducescatter_rows(x.shape[0], size, rank) for x in leaves])
     return treedef.unflatten([compression.decompress(o, c) for o, c in zip(outs, ctxs)])
 
 

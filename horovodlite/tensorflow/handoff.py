@@ -30,7 +30,7 @@ import tensorflow as tf
 
 from .. import dtypes as _dtypes
 from ..handles import auto_name
-from ..ops import _aligned_empty as aligned_empty  # noqa: F401 - used here and by mpi_ops
+from ..ops import _aligned_empty as aligned_empty
 
 ALIGN = 64
 

@@ -105,7 +105,7 @@ def _np_allreduce(arrays, names, groups, op, prescale, postscale, process_set):
 
     def submit(a, name, group):
         a = np.asarray(a)
-        return _np_ops._allreduce_submit(a, handoff.aligned_empty(a.shape, a.dtype), name, op,
+        return _np_ops._allreduce_submit(a, _np_ops._aligned_empty(a.shape, a.dtype), name, op,
                                          prescale, postscale, process_set, group=group,
                                          group_size=group_sizes.get(group, 0))
 

@@ -71,18 +71,19 @@ def _prepare(tensor, what, on_device=False):
 
 
 def _in_place_target(tensor, src):
-    """Where an in-place op writes, and how its result reaches `tensor`: contiguous
-    tensors are written directly (no finish: the result is the last object kept);
-    others via a contiguous copy written back at the end."""
+    """(where an in-place op writes, finish, what to keep until then). Contiguous
+    tensors are written directly, and synchronize returns `tensor`, kept last (src may
+    be a detached alias of it); others go through a contiguous copy written back at
+    the end."""
     if src.data_ptr() == tensor.data_ptr() and tensor.is_contiguous():
-        return src, None
+        return src, None, (src, tensor)
 
     def copy_back(h):
         with torch.no_grad():
             tensor.copy_(src)
         return tensor
 
-    return src, copy_back
+    return src, copy_back, (tensor, src)
 
 
 # ---------------------------------------------------------------------------- allreduce
@@ -93,8 +94,7 @@ def _allreduce_submit(tensor, in_place, name, op, prescale, postscale, process_s
     src, where = _prepare(tensor, what, on_device=True)
     code = code_of(src.dtype, reducible=True, what=what)
     if in_place:
-        dst, finish = _in_place_target(tensor, src)
-        keep = (src, dst, tensor)  # without finish, synchronize returns `tensor`
+        dst, finish, keep = _in_place_target(tensor, src)
     else:
         dst, finish = torch.empty_like(src), None
         keep = (tensor, src, dst)
@@ -344,11 +344,12 @@ def _broadcast_submit(tensor, in_place, root_rank, name, process_set):
     code = code_of(src.dtype, what=what)
     root, err = _root_in_set(root_rank, process_set)
     if in_place:
-        dst, finish = _in_place_target(tensor, src)
+        dst, finish, keep = _in_place_target(tensor, src)
     else:
         dst = torch.empty_like(src)
         finish = lambda h: dst.to(tensor.device)  # noqa: E731
-    return submit((tensor, src, dst), finish, op=BROADCAST, name=name, input=src.data_ptr(),
+        keep = (tensor, src, dst)
+    return submit(keep, finish, op=BROADCAST, name=name, input=src.data_ptr(),
                   output=dst.data_ptr(), dtype=code, shape=list(src.shape), root=root,
                   **where, process_set=_set_id(process_set), error=err)
 

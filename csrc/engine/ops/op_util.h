@@ -119,8 +119,7 @@ inline Reduction effective_reduction(const Response& r, int n) {
   return {avg ? ReduceOp::SUM : r.reduce_op, r.postscale * (avg ? 1.0 / n : 1.0)};
 }
 
-// Reducing ops fuse when dtype, op, scale factors and device agree; %a keeps the
-// factors' exact bits.
+// Reducing ops fuse when dtype, op, scale factors and device agree.
 // The fields' bytes, not their text: keys are only compared, and formatting two
 // doubles with snprintf cost a microsecond per tensor per step.
 inline std::string reduction_fusion_key(const Response& r) {
