@@ -11,6 +11,7 @@ from .basics import (Adasum, Average, HorovodInternalError, Max, Min, Product, S
 from .compression import Compression  # noqa: F401
 from .ops import *  # noqa: F401,F403
 from .objects import allgather_object, broadcast_object  # noqa: F401
+from .shared_arrays import shared_empty  # noqa: F401
 from .process_sets import (ProcessSet, add_process_set, global_process_set,  # noqa: F401
                            remove_process_set)
 

@@ -64,7 +64,13 @@ def _pooled_empty(nbytes, dtype, shape):
     return _core.empty(nbytes).view(dtype).reshape(shape)
 
 
+_SHARED_FROM = 64 << 10  # the core's smallest zero-copy allreduce
+
+
 def _empty_like(a):
+    # An input from hvd.shared_empty gets a shared output, keeping the allreduce zero-copy.
+    if a.nbytes >= _SHARED_FROM and _core.in_shared_arena(a.ctypes.data, a.nbytes):
+        return _core.shared_empty(a.nbytes).view(a.dtype).reshape(a.shape)
     if a.nbytes < _POOLED_FROM:
         return np.empty_like(a)
     return _pooled_empty(a.nbytes, a.dtype, a.shape)

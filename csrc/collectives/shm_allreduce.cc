@@ -41,6 +41,7 @@ namespace hvdl {
 namespace {
 enum Counter { kIn = 0, kReduced = 1, kDone = 2, kAnnounce = 3 };
 }
+// shm_zero_copy.cc uses counters 4 and 5, and the descriptor after the slots.
 
 ShmOptions shm_options_from_env() {
   ShmOptions o;
@@ -63,7 +64,7 @@ static size_t piece_bytes_for(const ShmOptions& o, int ranks) {
 }
 
 size_t ShmCollectives::window_bytes(const ShmOptions& o, int ranks) {
-  return piece_bytes_for(o, ranks) * ranks * o.slots;
+  return piece_bytes_for(o, ranks) * ranks * o.slots + kDescriptorBytes;
 }
 
 ShmCollectives::ShmCollectives(std::unique_ptr<ShmWindow> w, const ShmOptions& o)
@@ -118,18 +119,12 @@ void ShmCollectives::run(Pass pass, const Reducer* red, const std::vector<Span>&
   w.check_usable();
   const int n = w.size(), r = w.rank();
   const size_t es = dtype_size(dt);
-  // Element ranges of the concatenated spans map back to pieces of the spans.
-  std::vector<size_t> starts;
-  size_t count = 0;
-  for (const Span& s : spans) starts.push_back(count), count += s.count;
+  const SpanMap map(spans);
+  const size_t count = map.count();
   auto each_part = [&](size_t off, size_t len, auto&& fn) {  // fn(span, offset in it, n, done)
-    size_t i = std::upper_bound(starts.begin(), starts.end(), off) - starts.begin() - 1;
-    for (size_t done = 0; done < len; ++i) {
-      const size_t at = off + done - starts[i];
-      const size_t k = std::min(spans[i].count - at, len - done);
-      if (k) fn(spans[i], at, k, done);
-      done += k;
-    }
+    map.each_part(spans, off, len, [&](size_t i, size_t at, size_t k, size_t done) {
+      fn(spans[i], at, k, done);
+    });
   };
   const size_t P = piece_bytes_ / es;
   const size_t steps = (block_count(count, n, 0) + P - 1) / P;  // block 0 is the largest

@@ -7,8 +7,10 @@
 
 #include "../common/buffer.h"
 #include "../common/dtype.h"
+#include "../transport/shared_arena.h"
 #include "../transport/shm_window.h"
 #include "reducer.h"
+#include "span_map.h"
 
 namespace hvdl {
 
@@ -38,14 +40,6 @@ struct ShmOptions {
 // _SHM_STREAM_OUT_THRESHOLD and _SHM_RING_THRESHOLD.
 ShmOptions shm_options_from_env();
 
-// One tensor of a list that a collective treats as one buffer: its elements follow
-// the previous tensor's. The list is reduced as if packed into a fusion buffer,
-// without the copies into and out of one.
-struct Span {
-  const void* in;
-  void* out;  // may equal in
-  size_t count;
-};
 
 class ShmCollectives {
  public:
@@ -67,6 +61,17 @@ class ShmCollectives {
   // Every rank's block of buf is copied into the same block on all the others.
   void allgather(void* buf, size_t count, DataType dt, bool stream);
 
+  // With every rank's arena mapped (PeerArenas::map, collective), allreduces whose
+  // spans all lie in the ranks' shared arenas go without staging (shm_zero_copy.cc).
+  void set_peer_arenas(std::unique_ptr<PeerArenas> a) { arenas_ = std::move(a); }
+  // Same result as allreduce, done where the tensors lie, when every rank's spans
+  // are in its arena; returns false on every rank, having done nothing, otherwise.
+  // Collective: every rank calls it for the same allreduces.
+  bool zero_copy_allreduce(const Reducer& red, const std::vector<Span>& spans, DataType dt,
+                           ReduceOp op, double prescale, double postscale);
+  // Allreduces done that way in this process, for tests.
+  static uint64_t zero_copy_count();
+
   // Rank 0 tells the others a small value (0-7) for its call number `call` (>= 1,
   // numbered alike on every rank); the others wait for it. Rank 0 cannot get a call
   // ahead of a rank still waiting, since every call needs all ranks.
@@ -75,10 +80,17 @@ class ShmCollectives {
 
  private:
   enum class Pass { ALLREDUCE, REDUCE_SCATTER, ALLGATHER };
+  // After the slots: where a rank lists its spans' arena offsets for zero copy.
+  static constexpr size_t kDescriptorBytes = 64u << 10;
+  uint64_t* descriptor(int r) const {
+    return reinterpret_cast<uint64_t*>(win_->data(r) + slot_stride_ * opts_.slots);
+  }
   void run(Pass pass, const Reducer* red, const std::vector<Span>& spans, DataType dt,
            ReduceOp op, double prescale, double postscale, bool stream_in);
 
   std::unique_ptr<ShmWindow> win_;
+  std::unique_ptr<PeerArenas> arenas_;
+  uint64_t zero_copy_calls_ = 0;  // numbers the exchanges of span offsets
   ShmOptions opts_;
   size_t piece_bytes_ = 0, slot_stride_ = 0;
   // Pipeline steps done through this window; the same on every rank, since all run

@@ -31,6 +31,7 @@ class ShmAllreduce : public AllreduceAlgorithm {
   ShmAllreduce(std::unique_ptr<ShmWindow> w, const ShmOptions& o, Transport& set)
       : shm_(std::move(w), o), opts_(o), set_(set) {}
   const char* name() const override { return "shm"; }
+  void set_peer_arenas(std::unique_ptr<PeerArenas> p) { shm_.set_peer_arenas(std::move(p)); }
   const char* phase() const override { return "SHARED_MEMORY_ALLREDUCE"; }
   bool takes_spans() const override { return true; }
 
@@ -43,6 +44,11 @@ class ShmAllreduce : public AllreduceAlgorithm {
                  double prescale, double postscale, const RingOptions& ring) override {
     size_t bytes = 0;
     for (const Span& s : spans) bytes += s.count * dtype_size(dt);
+    // Tensors in the ranks' shared arenas need no way chosen: none moves fewer bytes.
+    // Below the size, asking (one exchange of offsets) would cost more than it saves.
+    if (bytes >= kZeroCopyFrom &&
+        shm_.zero_copy_allreduce(red, spans, dt, op, prescale, postscale))
+      return;
     const int kind = spans.size() > 1;  // a batch: the ring runs once per tensor
     const Way way = choose(bytes, kind);
     const auto t0 = std::chrono::steady_clock::now();
@@ -58,6 +64,7 @@ class ShmAllreduce : public AllreduceAlgorithm {
 
  private:
   enum Way { kShm = 0, kShmStreamed = 1, kRing = 2 };
+  static constexpr size_t kZeroCopyFrom = 64u << 10;
 
   Way choose(size_t bytes, int kind) {
     if (!opts_.tuned()) {
@@ -165,7 +172,9 @@ std::unique_ptr<AllreduceAlgorithm> make_allreduce_algorithm(Transport& set,
     auto w = ShmWindow::create(set, ShmCollectives::window_bytes(opts, n));
     if (!w) return nullptr;  // every rank alike: create() agrees over the whole set
     HVDL_LOG(DEBUG) << "allreduce: shared memory (" << w->mechanism() << ") over " << n << " ranks";
-    return std::make_unique<ShmAllreduce>(std::move(w), opts, set);
+    auto a = std::make_unique<ShmAllreduce>(std::move(w), opts, set);
+    a->set_peer_arenas(PeerArenas::map(set));
+    return a;
   }
   if (kind != "hierarchical") return nullptr;
 

@@ -10,7 +10,7 @@ namespace hvdl {
 
 namespace {
 // Stored inverted, so the AND of all ranks is a NOR.
-constexpr uint64_t kNothingToSend = 1, kNoShutdown = 2, kNoTimeline = 4;
+constexpr uint64_t kNothingToSend = 1, kNoShutdown = 2, kNoTimeline = 4, kNotArriving = 8;
 }
 
 Controller::Controller(Transport& t, size_t cache_capacity, double stall_warn_s,
@@ -33,9 +33,11 @@ void Controller::requeue(uint32_t bit) {
 }
 
 RoundResult Controller::round(std::vector<Request> fresh, bool want_shutdown, Timeline* timeline,
-                              const Tunables* publish) {
+                              const Tunables* publish, bool arriving,
+                              Clock::duration defer_limit) {
   RoundResult res;
   auto now = Clock::now();
+  defer_until_ = Clock::time_point::max();
   for (auto& q : fresh) {
     q.rank = t_.rank();
     uint32_t bit = 0;
@@ -58,12 +60,17 @@ RoundResult Controller::round(std::vector<Request> fresh, bool want_shutdown, Ti
     coord_errors = !stall_errors.empty();
   }
 
-  // [flags][ready bits][valid bits]
-  std::vector<uint64_t> vote(1 + 2 * words_, 0);
+  // [flags][ready bits][valid bits][not-ready bits, whose AND says which are ready
+  // somewhere]
+  std::vector<uint64_t> vote(1 + 3 * words_, 0);
   vote[0] = (unsent_.empty() && !coord_errors && !publish ? kNothingToSend : 0) |
-            (want_shutdown ? 0 : kNoShutdown) | (timeline ? 0 : kNoTimeline);
+            (want_shutdown ? 0 : kNoShutdown) | (timeline ? 0 : kNoTimeline) |
+            (arriving ? 0 : kNotArriving);
   for (auto& kv : pending_cached_) vote[1 + kv.first / 64] |= uint64_t(1) << (kv.first % 64);
-  for (size_t w = 0; w < words_; ++w) vote[1 + words_ + w] = ~uint64_t(0);
+  for (size_t w = 0; w < words_; ++w) {
+    vote[1 + words_ + w] = ~uint64_t(0);
+    vote[1 + 2 * words_ + w] = ~vote[1 + w];
+  }
   for (uint32_t b : invalidate_) vote[1 + words_ + b / 64] &= ~(uint64_t(1) << (b % 64));
   invalidate_.clear();
   t_.allreduce_and(vote.data(), vote.size());
@@ -84,6 +91,19 @@ RoundResult Controller::round(std::vector<Request> fresh, bool want_shutdown, Ti
       do_gather = true;
       vote[1 + w] &= ~(uint64_t(1) << (b % 64));
     }
+  }
+  bool partial = false, ready_everywhere = false;
+  for (size_t w = 0; w < words_; ++w) {
+    partial |= (~vote[1 + 2 * words_ + w] & ~vote[1 + w]) != 0;
+    ready_everywhere |= vote[1 + w] != 0;
+  }
+  static auto nd = [] { return getenv("NODEFER") && atoi(getenv("NODEFER")); };
+  const bool defer = !nd() && !deferred_ && partial && ready_everywhere && !do_gather &&
+                     !res.shutdown && !(vote[0] & kNotArriving);
+  deferred_ = defer;
+  if (defer) {
+    defer_until_ = now + defer_limit;
+    return res;
   }
   std::vector<Request> released;  // this rank's requests behind the cache hits (timeline)
   for (size_t w = 0; w < words_; ++w) {
@@ -157,6 +177,7 @@ Clock::time_point Controller::next_deadline() const {
   auto best = Clock::time_point::max();
   if (!unsent_.empty()) return Clock::now();
   if (coord_) best = coord_->next_deadline();
+  best = std::min(best, defer_until_);
   if (cached_report_s_ > 0)
     for (auto& kv : pending_cached_)
       best = std::min(best, kv.second.since + std::chrono::duration_cast<Clock::duration>(

@@ -5,6 +5,12 @@
 //      something the cache cannot answer (or wants to shut down);
 //   3. only then: gather the uncached requests to the coordinator, broadcast its answer.
 // In steady state (same tensors every step) a round is step 2 alone.
+//
+// A rank whose caller is still in the middle of a burst of submissions says so in the
+// vote. If some cached tensors are then ready on some ranks but not on all, the round
+// runs nothing and the next one follows when that rank asks for results (or after
+// `defer_limit`): running the part ready everywhere now would cut the step's batch
+// in two, and the rest would wait for the whole first part to finish.
 #pragma once
 #include <map>
 #include <memory>
@@ -34,8 +40,10 @@ class Controller {
   // Rank 0 only: `timeline` non-null while it records (the vote tells every rank, and
   // all then report when they became ready, also for tensors the cache answers);
   // `publish` non-null to hand new tunables to every rank.
+  // `arriving`: this rank's callers are mid-burst (TensorQueue::take_fresh).
   RoundResult round(std::vector<Request> fresh, bool want_shutdown, Timeline* timeline = nullptr,
-                    const Tunables* publish = nullptr);
+                    const Tunables* publish = nullptr, bool arriving = false,
+                    Clock::duration defer_limit = Clock::duration::zero());
   // After a response ran: cache it (identically on every rank).
   void executed(const Response& r, const Request* local);
   // When this rank needs a round for its own timers (stall checks, cached requests
@@ -59,6 +67,10 @@ class Controller {
   std::vector<Request> unsent_;
   std::vector<uint32_t> invalidate_;
   bool others_joined_ = false;
+  // The last round held back its cached tensors (the same on every rank, decided by
+  // the vote); the next one never does, so a burst delays a batch once at most.
+  bool deferred_ = false;
+  Clock::time_point defer_until_ = Clock::time_point::max();
   double cached_report_s_;
   size_t words_;
 };

@@ -15,7 +15,8 @@ void TensorQueue::push(std::unique_ptr<TensorEntry> e) {
                                   "' is already in flight on this rank; names must be unique "
                                   "until the previous one completes");
     const bool first = fresh_.empty();
-    if (first) oldest_fresh_ = Clock::now();
+    last_push_ = Clock::now();
+    if (first) oldest_fresh_ = last_push_;
     fresh_.push_back(name);
     fresh_bytes_ += tensor_bytes(e->req.shape, e->req.dtype);
     table_[name] = std::move(e);
@@ -54,8 +55,9 @@ bool TensorQueue::has_fresh_ready(std::chrono::nanoseconds window, size_t bytes)
   return ready_locked(Clock::now(), window, bytes);
 }
 
-std::vector<Request> TensorQueue::take_fresh() {
+std::vector<Request> TensorQueue::take_fresh(bool* arriving) {
   std::lock_guard<std::mutex> l(mu_);
+  if (arriving) *arriving = !flush_ && !fresh_.empty() && Clock::now() - last_push_ < kBurstGap;
   std::vector<Request> out;
   out.reserve(fresh_.size());
   for (auto& n : fresh_) out.push_back(table_.at(n)->req);

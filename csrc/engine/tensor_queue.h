@@ -42,7 +42,10 @@ class TensorQueue {
                      size_t batch_bytes);
   // Non-blocking form of wait_for_work's test.
   bool has_fresh_ready(std::chrono::nanoseconds batch_window, size_t batch_bytes);
-  std::vector<Request> take_fresh();
+  // `arriving` (optional) is set when callers look mid-burst: a tensor came within
+  // kBurstGap and nobody has asked for a result yet, so more are likely on the way.
+  std::vector<Request> take_fresh(bool* arriving = nullptr);
+  static constexpr std::chrono::microseconds kBurstGap{100};
   std::unique_ptr<TensorEntry> take(const std::string& name);
   bool has_in_flight();
   std::vector<std::unique_ptr<TensorEntry>> take_all();
@@ -65,7 +68,7 @@ class TensorQueue {
   // tensor makes the batch ready (a closing window wakes the worker by its timeout).
   std::chrono::nanoseconds window_hint_{0};
   size_t bytes_hint_ = SIZE_MAX;
-  Clock::time_point oldest_fresh_;
+  Clock::time_point oldest_fresh_, last_push_;
   bool flush_ = false, shutdown_ = false, closed_ = false;
   std::string closed_why_;
 };

@@ -92,8 +92,11 @@ void Worker::loop() {
       bool want_shutdown = queue_.shutdown_requested();
       Timeline* tl = records_timeline_ ? Timeline::get().recording() : nullptr;
       if (tl && tl->mark_cycles()) tl->cycle_start(Clock::now());
-      RoundResult res = controller_.round(queue_.take_fresh(), want_shutdown, tl,
-                                          tuner_ ? tuner_->proposal() : nullptr);
+      bool arriving = false;
+      auto fresh = queue_.take_fresh(&arriving);
+      RoundResult res = controller_.round(
+          std::move(fresh), want_shutdown, tl, tuner_ ? tuner_->proposal() : nullptr, arriving,
+          duration_cast<Clock::duration>(duration<double, std::milli>(params_.cycle_time_ms)));
       ++round_;
       stats_.rounds++;
       if (!res.cache_only) stats_.full_rounds++;

@@ -9,7 +9,9 @@
 #include <stdexcept>
 
 #include "../engine/engine.h"
+#include "../collectives/shm_allreduce.h"
 #include "../engine/output_pool.h"
+#include "../transport/shared_arena.h"
 #include "../reduce/identity.h"
 #include "../reduce/reduce.h"
 #include "jax_ffi.h"
@@ -199,6 +201,20 @@ PYBIND11_MODULE(_core, m) {
   m.def("aux", [](int64_t h) { return Engine::get().handle(h)->aux; });
   m.attr("JOIN_NAME") = kJoinName;
   m.def("output_cache_bytes", [] { return OutputPool::get().cached_bytes(); });
+  // Uninitialised bytes the other ranks of this host can map (shared_arena.h).
+  m.def("shared_empty", [](size_t bytes) {
+    return pooled_array(SharedArena::get().allocate(bytes), bytes);
+  });
+  m.def("in_shared_arena", [](uintptr_t addr, size_t bytes) {
+    return SharedArena::get().offset_of(reinterpret_cast<const void*>(addr), bytes) >= 0;
+  });
+  m.def("shared_arena_info", [] {
+    py::dict d;
+    d["bytes_in_use"] = SharedArena::get().bytes_in_use();
+    d["capacity"] = SharedArena::get().capacity();
+    d["zero_copy_allreduces"] = ShmCollectives::zero_copy_count();
+    return d;
+  });
 
   m.def("add_process_set", [](std::vector<int> ranks) {
     py::gil_scoped_release nogil;

@@ -28,7 +28,7 @@ namespace hvdl {
 
 class ShmWindow {
  public:
-  static constexpr int kNumCounters = 4;
+  static constexpr int kNumCounters = 6;
 
   // Collective over `group`, whose ranks must all run on this host. Every rank
   // gets `bytes_per_rank` (rank 0's value) of data that all ranks map. Returns

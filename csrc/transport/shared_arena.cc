@@ -1,0 +1,156 @@
+#include "shared_arena.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <new>
+#include <sstream>
+#include <stdexcept>
+
+#include "../common/env.h"
+#include "../common/logging.h"
+
+namespace hvdl {
+
+namespace {
+constexpr size_t kPage = 4096, kHuge = 2u << 20;
+size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
+}  // namespace
+
+SharedArena& SharedArena::get() {
+  static SharedArena* a = new SharedArena();  // never destroyed: arrays may outlive main
+  return *a;
+}
+
+SharedArena::SharedArena() {
+  capacity_ = round_up(
+      static_cast<size_t>(env_int("SHARED_ARENA_BYTES", static_cast<long long>(64ull << 30))), kHuge);
+  fd_ = memfd_create("horovodlite-arena", MFD_CLOEXEC);
+  if (fd_ < 0 || ftruncate(fd_, static_cast<off_t>(capacity_)) != 0)
+    throw std::runtime_error(std::string("horovodlite: cannot make the shared arena: ") +
+                             std::strerror(errno));
+  void* p = mmap(nullptr, capacity_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd_, 0);
+  if (p == MAP_FAILED)
+    throw std::runtime_error(std::string("horovodlite: cannot map the shared arena: ") +
+                             std::strerror(errno));
+  base_ = static_cast<char*>(p);
+  pid_ = getpid();
+  free_[0] = capacity_;
+}
+
+std::shared_ptr<void> SharedArena::allocate(size_t bytes) {
+  if (getpid() != pid_)
+    throw std::runtime_error("horovodlite: shared arrays cannot be allocated in a forked child");
+  const size_t len = round_up(bytes ? bytes : 1, kPage);
+  const size_t align = len >= kHuge ? kHuge : kPage;
+  size_t off = 0;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = free_.begin();
+    for (; it != free_.end(); ++it) {
+      off = round_up(it->first, align);
+      if (off + len <= it->first + it->second) break;
+    }
+    if (it == free_.end()) throw std::bad_alloc();
+    const size_t start = it->first, end = it->first + it->second;
+    free_.erase(it);
+    if (start < off) free_[start] = off - start;
+    if (off + len < end) free_[off + len] = end - (off + len);
+    in_use_ += len;
+  }
+  return std::shared_ptr<void>(base_ + off, [this, off, len](void*) { release(off, len); });
+}
+
+void SharedArena::release(size_t off, size_t len) {
+  // The pages go back to the kernel; the next block here starts as zero pages again.
+  fallocate(fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(off),
+            static_cast<off_t>(len));
+  std::lock_guard<std::mutex> l(mu_);
+  in_use_ -= len;
+  auto next = free_.lower_bound(off);
+  if (next != free_.end() && off + len == next->first) {
+    len += next->second;
+    next = free_.erase(next);
+  }
+  if (next != free_.begin()) {
+    auto prev = std::prev(next);
+    if (prev->first + prev->second == off) {
+      prev->second += len;
+      return;
+    }
+  }
+  free_[off] = len;
+}
+
+size_t SharedArena::bytes_in_use() {
+  std::lock_guard<std::mutex> l(mu_);
+  return in_use_;
+}
+
+std::string SharedArena::path() const {
+  return "/proc/" + std::to_string(pid_) + "/fd/" + std::to_string(fd_);
+}
+
+std::unique_ptr<PeerArenas> PeerArenas::map(Transport& g) {
+  std::string mine;
+  try {
+    SharedArena& a = SharedArena::get();
+    mine = a.path() + " " + std::to_string(a.capacity());
+  } catch (const std::exception& e) {
+    HVDL_LOG(DEBUG) << e.what();
+  }
+  // Everyone's "path capacity" (or "" where this rank has no arena), in rank order.
+  auto all = g.gather(mine, 0);
+  std::string joined;
+  if (g.rank() == 0)
+    for (auto& s : all) joined += s + "\n";
+  g.broadcast(joined, 0);
+
+  std::unique_ptr<PeerArenas> p(new PeerArenas());
+  p->rank_ = g.rank();
+  p->bases_.assign(g.size(), nullptr);
+  p->caps_.assign(g.size(), 0);
+  bool ok = !mine.empty();
+  std::istringstream lines(joined);
+  std::string line;
+  for (int r = 0; r < g.size() && std::getline(lines, line); ++r) {
+    if (!ok) break;
+    std::istringstream is(line);
+    std::string path;
+    size_t cap = 0;
+    if (!(is >> path >> cap)) {
+      ok = false;
+      break;
+    }
+    if (r == g.rank()) {
+      p->bases_[r] = SharedArena::get().base();
+      p->caps_[r] = SharedArena::get().capacity();
+      continue;
+    }
+    int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
+    void* m = fd < 0 ? MAP_FAILED
+                     : mmap(nullptr, cap, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
+    if (fd >= 0) close(fd);
+    if (m == MAP_FAILED) {
+      HVDL_LOG(DEBUG) << "cannot map local rank " << r << "'s shared arena: " << std::strerror(errno);
+      ok = false;
+      break;
+    }
+    p->bases_[r] = static_cast<char*>(m);
+    p->caps_[r] = cap;
+  }
+  uint64_t v = ok ? 1 : 0;
+  g.allreduce_and(&v, 1);
+  if (!v) return nullptr;  // the destructor unmaps what this rank did map
+  return p;
+}
+
+PeerArenas::~PeerArenas() {
+  for (size_t r = 0; r < bases_.size(); ++r)
+    if (static_cast<int>(r) != rank_ && bases_[r]) munmap(bases_[r], caps_[r]);
+}
+
+}  // namespace hvdl
