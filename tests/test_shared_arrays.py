@@ -113,3 +113,28 @@ def main(hvd):
 
 def test_shared_arena_frees_and_merges():
     assert run(1, ARENA) == [(64 << 20, 0)]
+
+
+TORCH = r'''
+import torch
+import horovodlite.torch as thvd
+from horovodlite._loader import _core
+
+def main(hvd):
+    r = thvd.rank()
+    out = []
+    for dt in (torch.float32, torch.bfloat16, torch.int64):
+        t = thvd.shared_empty((300, 111), dt)
+        t.fill_(r + 1)
+        before = _core.shared_arena_info()["zero_copy_allreduces"]
+        thvd.allreduce_(t, op=thvd.Sum, name=f"t.{dt}")
+        assert t.shape == (300, 111) and t.dtype == dt
+        assert bool((t == 3).all()), t.flatten()[:4]
+        out.append(_core.shared_arena_info()["zero_copy_allreduces"] - before)
+    return out
+'''
+
+
+def test_torch_shared_tensors_go_zero_copy():
+    pytest.importorskip("torch")
+    assert run(2, TORCH) == [[1, 1, 1]] * 2
