@@ -14,8 +14,12 @@
 // as one tensor against a batch of them, where the ring runs once per tensor) times
 // every option twice, keeps the fastest, and tries the others again later: after 16
 // calls, then after twice as many each time the winner stays (up to 1024), since an
-// exploration of a slow way costs as much as the call. The owner decides whether all
-// ranks must agree on a choice.
+// exploration of a slow way costs as much as the call. And when the way in use gets
+// 30% dearer than when the others were last timed, the others are timed again at
+// once: the vCPUs moved, and the losers' costs from before may be wrong both ways
+// (on that VM, a move took ordinary stores from 50 ms to 9 while the non-temporal
+// stores in use went from 11 to 16, and without this the tuner stayed on them for
+// up to 1024 calls). The owner decides whether all ranks must agree on a choice.
 #pragma once
 #include <algorithm>
 #include <chrono>
@@ -41,8 +45,11 @@ class PathTuner {
     Class& k = classes_[class_of(bytes, kind)];
     const uint64_t i = k.calls++;
     if (i < 2 * static_cast<uint64_t>(options_)) return static_cast<int>(i % options_);
-    if (i == 2 * static_cast<uint64_t>(options_)) k.explore_at = i + kFirstInterval;
     const int best = k.best(options_);
+    if (i == 2 * static_cast<uint64_t>(options_)) {
+      k.explore_at = i + kFirstInterval;
+      k.reference = k.cost[best];
+    }
     if (i < k.explore_at) return best;
     const uint64_t e = i - k.explore_at;  // look again at the losers, one call each
     if (e + 2 == static_cast<uint64_t>(options_)) {  // the last of them: plan the next look
@@ -67,18 +74,25 @@ class PathTuner {
     // flip the choice (each flip makes the losers' explorations frequent again).
     const bool moved = option != before && c < 0.5 * cost;
     cost = (cost == 0 || moved) ? c : cost + 0.3 * (c - cost);
+    if (option != before) k.reference = k.cost[before];  // the others' costs are this fresh
     if (k.best(options_) != before) {  // things move: look often
       k.interval = kFirstInterval;
       k.explore_at = std::min(k.explore_at, k.calls + kFirstInterval);
+    } else if (option == before && k.reference > 0 && cost > kDrift * k.reference) {
+      k.interval = kFirstInterval;  // the one in use drifted: look at the others now
+      k.explore_at = std::min(k.explore_at, k.calls);
+      k.reference = cost;
     }
   }
 
  private:
   static constexpr uint64_t kFirstInterval = 16, kMaxInterval = 1024;
+  static constexpr double kDrift = 1.3;
   static constexpr int kSizes = 8, kKinds = 2;
   struct Class {
     uint64_t calls = 0, explore_at = UINT64_MAX, interval = kFirstInterval;
     double cost[kMaxOptions] = {0, 0, 0, 0};  // seconds per byte; 0 = not measured
+    double reference = 0;  // the best cost when the others were last timed
     int best(int options) const {
       int b = 0;
       for (int o = 1; o < options; ++o)

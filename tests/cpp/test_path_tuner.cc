@@ -4,7 +4,8 @@
 // 2. after settling it keeps looking at the losers, less and less often;
 // 3. when the costs swap (the vCPUs moved), it follows within a few explorations, and
 //    a loser that became far cheaper takes over at its next exploration, and noise
-//    between close options does not flip the choice;
+//    between close options does not flip the choice; when the way in use drifts 30%
+//    dearer, the others are looked at again at once;
 // 4. size classes and kinds are independent, and calls below min_bytes are not timed.
 #include <cstdio>
 #include <vector>
@@ -70,6 +71,29 @@ int main() {
     drive(t, 4 * mib, {1.0, 1.5}, 100);
     auto c = drive(t, 4 * mib, {1.0, 0.95}, 40);
     CHECK(c[1] <= 2);
+  }
+  {
+    // The way in use gets dearer while the losers got cheaper than they looked (their
+    // costs are stale, and still above the winner's new one): the drift sends the
+    // tuner to look at them at once, not after up to 1024 calls.
+    PathTuner t(3);
+    drive(t, 4 * mib, {50.0, 10.7, 35.0}, 3000);
+    auto c = drive(t, 4 * mib, {9.0, 15.7, 17.0}, 60);
+    CHECK(c[0] > 40);
+  }
+  {
+    // Noise of +-20% around the way in use does not count as drift: the others are
+    // still looked at less and less often.
+    PathTuner t(3);
+    drive(t, 4 * mib, {3.0, 1.0, 2.5}, 100);
+    std::vector<int> c(3, 0);
+    for (int i = 0; i < 3000; ++i) {
+      const int o = t.choose(4 * mib);
+      c[o]++;
+      const double noise = (i % 5 == 0) ? 1.2 : (i % 5 == 1 ? 0.8 : 1.0);
+      t.record(o, 4 * mib, (o == 0 ? 3.0 : o == 1 ? 1.0 : 2.5) * noise * 4);
+    }
+    CHECK(c[0] + c[2] < 30);
   }
   {
     PathTuner t(2);
