@@ -138,3 +138,31 @@ def main(hvd):
 def test_torch_shared_tensors_go_zero_copy():
     pytest.importorskip("torch")
     assert run(2, TORCH) == [[1, 1, 1]] * 2
+
+
+def test_forked_child_leaves_the_parents_arrays_alone():
+    import os
+
+    import numpy as np
+
+    import horovodlite as hvd
+
+    a = hvd.shared_empty(1 << 20, np.float32)
+    a[...] = 5
+    pid = os.fork()
+    if pid == 0:  # the child drops its copy of the array, and may not allocate
+        code = 0
+        try:
+            del a
+            import gc
+            gc.collect()
+            try:
+                hvd.shared_empty(10)
+                code = 3
+            except RuntimeError:
+                pass
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WEXITSTATUS(status) == 0
+    assert (a == 5).all()  # the child's free did not punch the parent's pages

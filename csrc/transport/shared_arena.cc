@@ -65,6 +65,8 @@ std::shared_ptr<void> SharedArena::allocate(size_t bytes) {
 }
 
 void SharedArena::release(size_t off, size_t len) {
+  // A forked child shares the pages with its parent, whose array this still is there.
+  if (getpid() != pid_) return;
   // The pages go back to the kernel; the next block here starts as zero pages again.
   fallocate(fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(off),
             static_cast<off_t>(len));
