@@ -62,9 +62,13 @@ bool ShmCollectives::zero_copy_allreduce(const Reducer& red, const std::vector<S
   };
   try {
     w.publish(kDescribed, call);
+    // The others will read our "no" and fall back too; no need to wait for theirs.
+    // (We cannot overwrite this descriptor before they have read it: the fallback
+    // cannot finish without them, and they read it before starting theirs.)
+    if (!eligible) return false;
     await_all(kDescribed);
     for (int p = 0; p < n; ++p)
-      if (!descriptor(p)[1]) return false;  // every rank sees the same flags
+      if (!descriptor(p)[1]) return false;  // every rank decides alike
     // A peer's descriptor stays put until it has seen our "written" below.
     auto in_of = [&](int p, size_t i, size_t at) -> const char* {
       if (p == r) return static_cast<const char*>(spans[i].in) + at * es;
