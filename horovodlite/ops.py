@@ -7,6 +7,7 @@ from . import dtypes
 from .basics import Adasum, Average, Sum, _topology
 from .handles import auto_name, poll, submit, synchronize, track
 from .process_sets import _set_id, global_process_set
+from .shared_arrays import shared_empty
 
 # Core OpType codes.
 ALLREDUCE, ALLGATHER, BROADCAST, ALLTOALL, REDUCESCATTER, BARRIER, JOIN = range(7)
@@ -70,7 +71,7 @@ _SHARED_FROM = 64 << 10  # the core's smallest zero-copy allreduce
 def _empty_like(a):
     # An input from hvd.shared_empty gets a shared output, keeping the allreduce zero-copy.
     if a.nbytes >= _SHARED_FROM and _core.in_shared_arena(a.ctypes.data, a.nbytes):
-        return _core.shared_empty(a.nbytes).view(a.dtype).reshape(a.shape)
+        return shared_empty(a.shape, a.dtype)
     if a.nbytes < _POOLED_FROM:
         return np.empty_like(a)
     return _pooled_empty(a.nbytes, a.dtype, a.shape)

@@ -1,7 +1,8 @@
 """numpy arrays in memory that the other ranks of this host can map. When every rank
 of a single-host set passes such arrays to an allreduce (input and output alike),
 rank r reduces its share of the batch straight from every rank's arrays into every
-rank's arrays: no staging copies, about a third less time for large batches."""
+rank's arrays: no staging copies (a ResNet-50 gradient batch on 2 ranks took 19-40% less
+time than from ordinary arrays, depending on where the VM's vCPUs sat)."""
 import numpy as np
 
 from ._loader import _core

@@ -40,7 +40,6 @@ struct ShmOptions {
 // _SHM_STREAM_OUT_THRESHOLD and _SHM_RING_THRESHOLD.
 ShmOptions shm_options_from_env();
 
-
 class ShmCollectives {
  public:
   // Window data each rank needs for `ranks` ranks with these options.

@@ -31,9 +31,9 @@ class ShmAllreduce : public AllreduceAlgorithm {
   ShmAllreduce(std::unique_ptr<ShmWindow> w, const ShmOptions& o, Transport& set)
       : shm_(std::move(w), o), opts_(o), set_(set) {}
   const char* name() const override { return "shm"; }
-  void set_peer_arenas(std::unique_ptr<PeerArenas> p) { shm_.set_peer_arenas(std::move(p)); }
   const char* phase() const override { return "SHARED_MEMORY_ALLREDUCE"; }
   bool takes_spans() const override { return true; }
+  void set_peer_arenas(std::unique_ptr<PeerArenas> p) { shm_.set_peer_arenas(std::move(p)); }
 
   void run(const Reducer& red, const void* in, void* out, size_t count, DataType dt, ReduceOp op,
            double prescale, double postscale, const RingOptions& ring) override {

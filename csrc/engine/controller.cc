@@ -97,8 +97,7 @@ RoundResult Controller::round(std::vector<Request> fresh, bool want_shutdown, Ti
     partial |= (~vote[1 + 2 * words_ + w] & ~vote[1 + w]) != 0;
     ready_everywhere |= vote[1 + w] != 0;
   }
-  static auto nd = [] { return getenv("NODEFER") && atoi(getenv("NODEFER")); };
-  const bool defer = !nd() && !deferred_ && partial && ready_everywhere && !do_gather &&
+  const bool defer = !deferred_ && partial && ready_everywhere && !do_gather &&
                      !res.shutdown && !(vote[0] & kNotArriving);
   deferred_ = defer;
   if (defer) {
