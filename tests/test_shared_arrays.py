@@ -166,3 +166,43 @@ def test_forked_child_leaves_the_parents_arrays_alone():
     _, status = os.waitpid(pid, 0)
     assert os.WEXITSTATUS(status) == 0
     assert (a == 5).all()  # the child's free did not punch the parent's pages
+
+
+OPTIMIZER = r'''
+import torch
+import horovodlite.torch as thvd
+from horovodlite._loader import _core
+
+def train(shared):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(200, 300), torch.nn.ReLU(), torch.nn.Linear(300, 10))
+    opt = thvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
+                                    named_parameters=model.named_parameters(),
+                                    shared_gradients=shared)
+    bufs = [p.grad for p in model.parameters()]
+    g = torch.Generator().manual_seed(thvd.rank())
+    for step in range(3):
+        opt.zero_grad()  # set_to_none by default: the shared buffers must stay
+        x, y = torch.randn(32, 200, generator=g), torch.randint(0, 10, (32,), generator=g)
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+        if shared:
+            assert all(p.grad is b for p, b in zip(model.parameters(), bufs)), "grad replaced"
+    return [p.detach().clone() for p in model.parameters()]
+
+def main(hvd):
+    zc = lambda: _core.shared_arena_info()["zero_copy_allreduces"]
+    plain = train(False)
+    before = zc()
+    shared = train(True)
+    assert zc() - before >= 3, zc() - before
+    for a, b in zip(plain, shared):
+        assert torch.equal(a, b), "shared gradients changed the result"
+    return [p.sum().item() for p in shared]
+'''
+
+
+def test_distributed_optimizer_shared_gradients():
+    pytest.importorskip("torch")
+    res = run(2, OPTIMIZER)
+    assert res[0] == res[1]
