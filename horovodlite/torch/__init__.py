@@ -3,6 +3,7 @@
 
 Nothing here is compiled against torch: tensors reach the core as pointers, so every
 torch >= 2.1 works with the same installed package."""
+import numpy as _np
 import torch as _torch
 
 from ..basics import (Adasum, Average, HorovodInternalError, Max, Min, Product, Sum,  # noqa: F401
@@ -18,7 +19,6 @@ from .functions import (allgather_object, broadcast_object, broadcast_optimizer_
 from .mpi_ops import *  # noqa: F401,F403
 from .mpi_ops import poll, synchronize  # noqa: F401
 from .optimizer import DistributedOptimizer  # noqa: F401
-from .shared_tensors import shared_empty  # noqa: F401
 from .sync_batch_norm import SyncBatchNorm  # noqa: F401
 
 if not hasattr(_torch.Tensor, "register_post_accumulate_grad_hook"):
@@ -41,3 +41,16 @@ def barrier(process_set=global_process_set):
     return horovodlite.barrier(process_set=process_set)
 
 
+
+def shared_empty(shape, dtype=_torch.float32):
+    """A CPU tensor in memory the other ranks of this host can map (see
+    horovodlite.shared_empty): allreduces whose tensors all come from here go
+    zero-copy. Allocate the buffers allreduced every step this way."""
+    from ..shared_arrays import shared_empty as _shared_empty
+
+    itemsize = _torch.empty((), dtype=dtype).element_size()
+    shape = (int(shape),) if isinstance(shape, int) else tuple(int(d) for d in shape)
+    raw = _shared_empty((int(_np.prod(shape, dtype=_np.int64)) * itemsize,), _np.uint8)
+    # frombuffer shares the memory (and keeps the array alive) for every dtype, bfloat16 too.
+    return _torch.frombuffer(raw, dtype=dtype).view(shape) if raw.size else _torch.empty(
+        shape, dtype=dtype)

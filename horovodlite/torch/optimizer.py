@@ -14,7 +14,6 @@ from ..handles import synchronize as _wait
 from ..ops import predivide_scales, resolve_op
 from ..process_sets import global_process_set
 from .compression import Compression
-from .shared_tensors import shared_empty as _shared_empty
 from .mpi_ops import _allreduce_submit, _op_name, allgather_async, allreduce
 
 _MISUSE_ZERO_GRAD = (
@@ -28,8 +27,7 @@ class _DistributedOptimizer:
 
     # ------------------------------------------------------------------ set-up
     def _hvdl_setup(self, named_parameters, compression, backward_passes_per_step, op,
-                    gradient_predivide_factor, groups, sparse_as_dense, process_set,
-                    shared_gradients=False):
+                    gradient_predivide_factor, groups, sparse_as_dense, process_set):
         self._compression = compression
         self.op = op
         self.gradient_predivide_factor = float(gradient_predivide_factor)
@@ -46,16 +44,6 @@ class _DistributedOptimizer:
         self._should_synchronize = True
         self._synchronized = False
         self.set_backward_passes_per_step(backward_passes_per_step)
-        # param -> its gradient buffer in the shared arena: autograd accumulates into an
-        # existing .grad in place, so every step's allreduce of it is zero-copy.
-        self._shared_grads = {}
-        if shared_gradients:
-            for p in self._requires_update:
-                if p.device.type == "cpu" and p.layout == torch.strided:
-                    buf = _shared_empty(p.shape, p.dtype).zero_()
-                    if p.grad is not None:
-                        buf.copy_(p.grad)
-                    p.grad = self._shared_grads[p] = buf
         ref = weakref.ref(self)
 
         def hook(p):
@@ -139,11 +127,7 @@ class _DistributedOptimizer:
             raise AssertionError(_MISUSE_ZERO_GRAD.format(
                 names=", ".join(pending[:5]) + (" ..." if len(pending) > 5 else "")
                 if pending else "local accumulation in progress"))
-        result = super().zero_grad(*args, **kwargs)
-        for p, buf in self._shared_grads.items():  # zeroed in place, never set to None
-            if p.grad is None:
-                p.grad = buf.zero_()
-        return result
+        return super().zero_grad(*args, **kwargs)
 
     # ------------------------------------------------------------------ internals
     def _grad_ready(self, p):
@@ -179,8 +163,6 @@ class _DistributedOptimizer:
                 self._handles[q] = self._submit(q, f"{base}.{i}", base, len(members))
 
     def _final_grad(self, p, dense):
-        if p.grad is None and p in self._shared_grads and p not in self._sparse_seen:
-            p.grad = self._shared_grads[p].zero_()
         if p.grad is None:
             # A parameter with sparse gradients on earlier steps takes part sparsely, as
             # it does on the ranks that have a gradient (a rank that never saw one cannot
@@ -313,7 +295,7 @@ _classes = {}
 def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
                          backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0,
                          num_groups=0, groups=None, sparse_as_dense=False,
-                         process_set=global_process_set, shared_gradients=False):
+                         process_set=global_process_set):
     """Wraps a torch optimizer so that each gradient is averaged (or reduced with `op`)
     over the ranks before step(). Returns an instance of the optimizer's own class that
     shares its param_groups and state.
@@ -325,12 +307,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     gradient_predivide_factor: with Average, divide by this before the sum and by
         size/factor after.
     groups: a number of groups, or lists of parameters, each reduced as one unit.
-    sparse_as_dense: reduce sparse gradients as dense tensors.
-    shared_gradients: give CPU parameters .grad buffers from the shared arena
-        (horovodlite.torch.shared_empty), so that on one host every step's allreduce
-        reads and writes them where they lie (with Compression.none). Like DDP's
-        gradient_as_bucket_view, zero_grad() then zeroes them in place instead of
-        setting them to None (as zero_grad(set_to_none=False) would)."""
+    sparse_as_dense: reduce sparse gradients as dense tensors."""
     _topology()  # like Horovod, which asks size() here: init() must come first
     if num_groups:
         warnings.warn("num_groups is deprecated; use groups=", DeprecationWarning)
@@ -352,6 +329,5 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     state.pop("step", None)
     dist.__dict__.update(state)
     dist._hvdl_setup(named_parameters, compression, backward_passes_per_step, op,
-                     gradient_predivide_factor, groups, sparse_as_dense, process_set,
-                     shared_gradients)
+                     gradient_predivide_factor, groups, sparse_as_dense, process_set)
     return dist
