@@ -166,3 +166,27 @@ def test_forked_child_leaves_the_parents_arrays_alone():
     _, status = os.waitpid(pid, 0)
     assert os.WEXITSTATUS(status) == 0
     assert (a == 5).all()  # the child's free did not punch the parent's pages
+
+
+NO_ARENA = r'''
+import resource
+# Less address space than the arena asks for (64 GiB): there can be no arena.
+resource.setrlimit(resource.RLIMIT_AS, (32 << 30, 32 << 30))
+from horovodlite._loader import _core
+
+def main(hvd):
+    x = np.full(100000, hvd.rank() + 1, np.float32)
+    y = hvd.allreduce(x, op=hvd.Sum, name="no-arena")  # staged, as if no array were shared
+    assert (y == 3).all()
+    try:
+        hvd.shared_empty(10)
+        return "shared_empty worked"
+    except RuntimeError as e:
+        return str(e)
+'''
+
+
+def test_without_an_arena_allreduce_still_works_and_shared_empty_says_why():
+    res = run(2, NO_ARENA)
+    for msg in res:
+        assert "shared arena" in msg, msg

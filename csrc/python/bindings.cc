@@ -206,12 +206,14 @@ PYBIND11_MODULE(_core, m) {
     return pooled_array(SharedArena::get().allocate(bytes), bytes);
   });
   m.def("in_shared_arena", [](uintptr_t addr, size_t bytes) {
-    return SharedArena::get().offset_of(reinterpret_cast<const void*>(addr), bytes) >= 0;
+    SharedArena* a = SharedArena::get_if_any();
+    return a && a->offset_of(reinterpret_cast<const void*>(addr), bytes) >= 0;
   });
   m.def("shared_arena_info", [] {
     py::dict d;
-    d["bytes_in_use"] = SharedArena::get().bytes_in_use();
-    d["capacity"] = SharedArena::get().capacity();
+    SharedArena* a = SharedArena::get_if_any();
+    d["bytes_in_use"] = a ? a->bytes_in_use() : 0;
+    d["capacity"] = a ? a->capacity() : 0;
     d["zero_copy_allreduces"] = ShmCollectives::zero_copy_count();
     return d;
   });

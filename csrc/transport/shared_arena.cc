@@ -20,8 +20,27 @@ constexpr size_t kPage = 4096, kHuge = 2u << 20;
 size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
 }  // namespace
 
+namespace {
+std::string g_unavailable;  // why there is no arena, once that is known
+}
+
+SharedArena* SharedArena::get_if_any() {
+  // Never destroyed: arrays may outlive main.
+  static SharedArena* a = []() -> SharedArena* {
+    try {
+      return new SharedArena();
+    } catch (const std::exception& e) {
+      g_unavailable = e.what();
+      HVDL_LOG(DEBUG) << e.what() << "; allreduces take the staged path";
+      return nullptr;
+    }
+  }();
+  return a;
+}
+
 SharedArena& SharedArena::get() {
-  static SharedArena* a = new SharedArena();  // never destroyed: arrays may outlive main
+  SharedArena* a = get_if_any();
+  if (!a) throw std::runtime_error(g_unavailable);
   return *a;
 }
 
@@ -98,12 +117,8 @@ std::string SharedArena::path() const {
 
 std::unique_ptr<PeerArenas> PeerArenas::map(Transport& g) {
   std::string mine;
-  try {
-    SharedArena& a = SharedArena::get();
-    mine = a.path() + " " + std::to_string(a.capacity());
-  } catch (const std::exception& e) {
-    HVDL_LOG(DEBUG) << e.what();
-  }
+  if (SharedArena* a = SharedArena::get_if_any())
+    mine = a->path() + " " + std::to_string(a->capacity());
   // Everyone's "path capacity" (or "" where this rank has no arena), in rank order.
   auto all = g.gather(mine, 0);
   std::string joined;

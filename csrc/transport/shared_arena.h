@@ -22,7 +22,10 @@ namespace hvdl {
 class SharedArena {
  public:
   // This process's arena, made on first use (HOROVODLITE_SHARED_ARENA_BYTES of address
-  // space, default 64 GiB). Throws std::runtime_error where no memfd can be made.
+  // space, default 64 GiB), or null where it cannot be made (no memfd, an address-space
+  // limit); the first attempt's answer holds for the whole process.
+  static SharedArena* get_if_any();
+  // The same, but throws std::runtime_error saying why there is none.
   static SharedArena& get();
 
   // `bytes` (4096-aligned; 2 MiB-aligned from 2 MiB on), zero pages until written;
