@@ -247,12 +247,13 @@ def resnet(repeats, rows):
         for t, o in zip(tensors, offsets):
             t.ravel()[:] = flat[o:o + t.size]
 
-    impls = [("hvd async, one by one", hvd_step),
-             ("hvd same, hvd.shared_empty arrays", lambda: hvd_step(shared, "resnet50s")),
-             ("MPI one Allreduce per tensor", mpi_each),
-             ("MPI packed (pack+Allreduce+unpack)", mpi_packed)]
-    times = {name: [] for name, _ in impls}
-    wrong = {name: 0 for name, _ in impls}
+    # (name, step, the tensors it reduces)
+    impls = [("hvd async, one by one", hvd_step, tensors),
+             ("hvd same, hvd.shared_empty arrays", lambda: hvd_step(shared, "resnet50s"), shared),
+             ("MPI one Allreduce per tensor", mpi_each, tensors),
+             ("MPI packed (pack+Allreduce+unpack)", mpi_packed, tensors)]
+    times = {name: [] for name, _, _ in impls}
+    wrong = {name: 0 for name, _, _ in impls}
     rings, floor = [], []
     for rep in range(repeats + 1):  # the first round is a warm-up
         # What no in-place allreduce can beat: every rank reading and writing its bytes
@@ -263,8 +264,7 @@ def resnet(repeats, rows):
         dt = comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)
         if rep:
             floor.append(dt)
-        for name, fn in impls:
-            used = shared if "shared" in name else tensors
+        for name, fn, used in impls:
             for t in used:
                 t.fill(np.float32(r + 1))
             s0 = _core.stats(0)
@@ -279,7 +279,7 @@ def resnet(repeats, rows):
                 times[name].append(dt)
                 wrong[name] = max(wrong[name], w)
     med = {name: statistics.median(v) for name, v in times.items()}
-    for name, _ in impls:
+    for name, _, _ in impls:
         rows.append({"part": "resnet50", "impl": name, "bytes": total * 4, "count": total,
                      "time_us": med[name] * 1e6, "algbw_GBps": total * 4 / med[name] / 1e9,
                      "busbw_GBps": total * 4 / med[name] / 1e9 * 2 * (n - 1) / n,
@@ -289,7 +289,7 @@ def resnet(repeats, rows):
     print(f"\n# ResNet-50 gradients: {len(tensors)} tensors, {total / 1e6:.1f} M float32 "
           f"({total * 4 / 1e6:.0f} MB), {n} ranks, median of {repeats} steps")
     print(f"{'':36} {'time(ms)':>9} {'busbw':>6} {'#wrong':>6}")
-    for name, _ in impls:
+    for name, _, _ in impls:
         t = med[name]
         print(f"{name:36} {t * 1e3:>9.2f} {total * 4 / t / 1e9 * 2 * (n - 1) / n:>6.2f} {wrong[name]:>6}")
     each, packed = med[impls[2][0]], med[impls[3][0]]
@@ -298,7 +298,7 @@ def resnet(repeats, rows):
     print(f"memory floor (np.add in place over {total * 4 / 1e6:.0f} MB, every rank at once): "
           f"{f * 1e3:.2f} ms")
     print(f"hvd rings per step: {statistics.median(rings[1:]) if len(rings) > 1 else rings}")
-    for name, _ in impls[:2]:
+    for name, _, _ in impls[:2]:
         h = med[name]
         print(f"{name.split(',')[-1].strip()}: {h / f:.2f}x the floor; speedup vs MPI per tensor "
               f"{each / h:.2f}x, vs MPI packed {packed / h:.2f}x, vs MPI's best {best_mpi / h:.2f}x")

@@ -38,10 +38,6 @@
 #include "partition.h"
 
 namespace hvdl {
-namespace {
-enum Counter { kIn = 0, kReduced = 1, kDone = 2, kAnnounce = 3 };
-}
-// shm_zero_copy.cc uses counters 4 and 5, and the descriptor after the slots.
 
 ShmOptions shm_options_from_env() {
   ShmOptions o;
@@ -67,8 +63,9 @@ size_t ShmCollectives::window_bytes(const ShmOptions& o, int ranks) {
   return piece_bytes_for(o, ranks) * ranks * o.slots + kDescriptorBytes;
 }
 
-ShmCollectives::ShmCollectives(std::unique_ptr<ShmWindow> w, const ShmOptions& o)
-    : win_(std::move(w)), opts_(o) {
+ShmCollectives::ShmCollectives(std::unique_ptr<ShmWindow> w, const ShmOptions& o,
+                               std::unique_ptr<PeerArenas> arenas)
+    : win_(std::move(w)), arenas_(std::move(arenas)), opts_(o) {
   piece_bytes_ = piece_bytes_for(o, win_->size());
   slot_stride_ = piece_bytes_ * win_->size();
   if (window_bytes(o, win_->size()) > win_->bytes_per_rank())

@@ -44,7 +44,9 @@ class ShmCollectives {
  public:
   // Window data each rank needs for `ranks` ranks with these options.
   static size_t window_bytes(const ShmOptions& o, int ranks);
-  ShmCollectives(std::unique_ptr<ShmWindow> w, const ShmOptions& o);
+  // `arenas` (may be null: no zero copy) are the window's ranks' shared arenas.
+  ShmCollectives(std::unique_ptr<ShmWindow> w, const ShmOptions& o,
+                 std::unique_ptr<PeerArenas> arenas = nullptr);
 
   int rank() const { return win_->rank(); }
   int size() const { return win_->size(); }
@@ -60,11 +62,9 @@ class ShmCollectives {
   // Every rank's block of buf is copied into the same block on all the others.
   void allgather(void* buf, size_t count, DataType dt, bool stream);
 
-  // With every rank's arena mapped (PeerArenas::map, collective), allreduces whose
-  // spans all lie in the ranks' shared arenas go without staging (shm_zero_copy.cc).
-  void set_peer_arenas(std::unique_ptr<PeerArenas> a) { arenas_ = std::move(a); }
-  // Same result as allreduce, done where the tensors lie, when every rank's spans
-  // are in its arena; returns false on every rank, having done nothing, otherwise.
+  // Same result as allreduce, done where the tensors lie (no staging), when every
+  // rank's spans are in its shared arena; returns false on every rank, having done
+  // nothing, otherwise (or without arenas).
   // Collective: every rank calls it for the same allreduces.
   bool zero_copy_allreduce(const Reducer& red, const std::vector<Span>& spans, DataType dt,
                            ReduceOp op, double prescale, double postscale);
@@ -79,6 +79,10 @@ class ShmCollectives {
 
  private:
   enum class Pass { ALLREDUCE, REDUCE_SCATTER, ALLGATHER };
+  // The window's progress counters: the staged pipeline's stages, rank 0's
+  // announcements, and zero copy's two exchanges (shm_zero_copy.cc).
+  enum Counter { kIn, kReduced, kDone, kAnnounce, kDescribed, kWritten, kCounters };
+  static_assert(kCounters <= ShmWindow::kNumCounters, "the window has too few counters");
   // After the slots: where a rank lists its spans' arena offsets for zero copy.
   static constexpr size_t kDescriptorBytes = 64u << 10;
   uint64_t* descriptor(int r) const {

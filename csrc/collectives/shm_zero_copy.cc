@@ -25,7 +25,6 @@
 
 namespace hvdl {
 namespace {
-enum Counter { kDescribed = 4, kWritten = 5 };  // after shm_allreduce.cc's four
 std::atomic<uint64_t> g_zero_copy{0};
 }  // namespace
 
@@ -46,8 +45,8 @@ bool ShmCollectives::zero_copy_allreduce(const Reducer& red, const std::vector<S
   const size_t fits = kDescriptorBytes / sizeof(uint64_t) - 2;
   bool eligible = spans.size() * 2 <= fits;
   for (size_t i = 0; eligible && i < spans.size(); ++i) {
-    const int64_t in = SharedArena::get().offset_of(spans[i].in, spans[i].count * es);
-    const int64_t out = SharedArena::get().offset_of(spans[i].out, spans[i].count * es);
+    const int64_t in = arenas_->offset_of(r, spans[i].in, spans[i].count * es);
+    const int64_t out = arenas_->offset_of(r, spans[i].out, spans[i].count * es);
     eligible = in >= 0 && out >= 0;
     mine[2 + 2 * i] = static_cast<uint64_t>(in);
     mine[3 + 2 * i] = static_cast<uint64_t>(out);

@@ -29,11 +29,10 @@ namespace {
 class ShmAllreduce : public AllreduceAlgorithm {
  public:
   ShmAllreduce(std::unique_ptr<ShmWindow> w, const ShmOptions& o, Transport& set)
-      : shm_(std::move(w), o), opts_(o), set_(set) {}
+      : shm_(std::move(w), o, PeerArenas::map(set)), opts_(o), set_(set) {}
   const char* name() const override { return "shm"; }
   const char* phase() const override { return "SHARED_MEMORY_ALLREDUCE"; }
   bool takes_spans() const override { return true; }
-  void set_peer_arenas(std::unique_ptr<PeerArenas> p) { shm_.set_peer_arenas(std::move(p)); }
 
   void run(const Reducer& red, const void* in, void* out, size_t count, DataType dt, ReduceOp op,
            double prescale, double postscale, const RingOptions& ring) override {
@@ -172,9 +171,7 @@ std::unique_ptr<AllreduceAlgorithm> make_allreduce_algorithm(Transport& set,
     auto w = ShmWindow::create(set, ShmCollectives::window_bytes(opts, n));
     if (!w) return nullptr;  // every rank alike: create() agrees over the whole set
     HVDL_LOG(DEBUG) << "allreduce: shared memory (" << w->mechanism() << ") over " << n << " ranks";
-    auto a = std::make_unique<ShmAllreduce>(std::move(w), opts, set);
-    a->set_peer_arenas(PeerArenas::map(set));
-    return a;
+    return std::make_unique<ShmAllreduce>(std::move(w), opts, set);
   }
   if (kind != "hierarchical") return nullptr;
 

@@ -47,7 +47,7 @@ void Worker::stop() {
 // idle rank sleeps in the OS and only checks for a peer's ring, more often while it
 // has tensors in flight (a peer's arrival is then what it is waiting for).
 void Worker::wait_for_round() {
-  const auto window = duration_cast<nanoseconds>(duration<double, std::milli>(params_.cycle_time_ms));
+  const nanoseconds window = cycle();
   auto poll = microseconds(5);
   // Right after a round the next request or ring usually follows within microseconds
   // (training loops, synchronous calls): look without sleeping for a short while.
@@ -96,7 +96,7 @@ void Worker::loop() {
       auto fresh = queue_.take_fresh(&arriving);
       RoundResult res = controller_.round(
           std::move(fresh), want_shutdown, tl, tuner_ ? tuner_->proposal() : nullptr, arriving,
-          duration_cast<Clock::duration>(duration<double, std::milli>(params_.cycle_time_ms)));
+          cycle());
       ++round_;
       stats_.rounds++;
       if (!res.cache_only) stats_.full_rounds++;

@@ -3,6 +3,7 @@
 // Each process set has its own, so sets never wait on each other.
 #pragma once
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -53,6 +54,11 @@ class Worker {
  private:
   void loop();
   void wait_for_round();
+  // The batching window (cycle time), which also bounds how long a round holds back.
+  std::chrono::nanoseconds cycle() const {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(
+        std::chrono::duration<double, std::milli>(params_.cycle_time_ms));
+  }
   // Returns the bytes executed (what the autotuner scores).
   uint64_t execute(const std::vector<Response>& responses, Timeline* tl, Clock::time_point agreed);
   void apply(const Tunables& t);

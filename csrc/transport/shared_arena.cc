@@ -130,30 +130,25 @@ std::unique_ptr<PeerArenas> PeerArenas::map(Transport& g) {
   p->rank_ = g.rank();
   p->bases_.assign(g.size(), nullptr);
   p->caps_.assign(g.size(), 0);
-  bool ok = !mine.empty();
   std::istringstream lines(joined);
   std::string line;
-  for (int r = 0; r < g.size() && std::getline(lines, line); ++r) {
-    if (!ok) break;
-    std::istringstream is(line);
-    std::string path;
-    size_t cap = 0;
-    if (!(is >> path >> cap)) {
-      ok = false;
-      break;
-    }
+  bool ok = !mine.empty();  // then so is every other line, or some map below fails
+  for (int r = 0; ok && r < g.size() && std::getline(lines, line); ++r) {
     if (r == g.rank()) {
       p->bases_[r] = SharedArena::get().base();
       p->caps_[r] = SharedArena::get().capacity();
       continue;
     }
-    int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
+    std::istringstream is(line);
+    std::string path;
+    size_t cap = 0;
+    int fd = (is >> path >> cap) ? open(path.c_str(), O_RDWR | O_CLOEXEC) : -1;
     void* m = fd < 0 ? MAP_FAILED
                      : mmap(nullptr, cap, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
     if (fd >= 0) close(fd);
-    if (m == MAP_FAILED) {
+    ok = m != MAP_FAILED;
+    if (!ok) {
       HVDL_LOG(DEBUG) << "cannot map local rank " << r << "'s shared arena: " << std::strerror(errno);
-      ok = false;
       break;
     }
     p->bases_[r] = static_cast<char*>(m);

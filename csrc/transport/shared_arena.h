@@ -19,6 +19,14 @@
 
 namespace hvdl {
 
+// Offset of [p, p + bytes) in the mapping [base, base + capacity), or -1 when it is
+// not wholly inside.
+inline int64_t offset_in(const char* base, size_t capacity, const void* p, size_t bytes) {
+  const char* c = static_cast<const char*>(p);
+  if (!base || c < base || c + bytes > base + capacity || c + bytes < c) return -1;
+  return c - base;
+}
+
 class SharedArena {
  public:
   // This process's arena, made on first use (HOROVODLITE_SHARED_ARENA_BYTES of address
@@ -31,11 +39,8 @@ class SharedArena {
   // `bytes` (4096-aligned; 2 MiB-aligned from 2 MiB on), zero pages until written;
   // the block is freed when the last copy of the pointer goes. std::bad_alloc when full.
   std::shared_ptr<void> allocate(size_t bytes);
-  // Offset of [p, p + bytes) in the arena, or -1 when it is not wholly inside.
   int64_t offset_of(const void* p, size_t bytes) const {
-    const char* c = static_cast<const char*>(p);
-    if (c < base_ || c + bytes > base_ + capacity_ || c + bytes < c) return -1;
-    return c - base_;
+    return offset_in(base_, capacity_, p, bytes);
   }
   char* base() const { return base_; }
   size_t capacity() const { return capacity_; }
@@ -64,7 +69,10 @@ class PeerArenas {
   ~PeerArenas();
   // Rank r's arena as mapped in this process (this rank's own: the arena itself).
   char* base(int r) const { return bases_[r]; }
-  size_t capacity(int r) const { return caps_[r]; }
+  // Offset of [p, p + bytes) in rank r's arena as mapped here, or -1.
+  int64_t offset_of(int r, const void* p, size_t bytes) const {
+    return offset_in(bases_[r], caps_[r], p, bytes);
+  }
 
  private:
   PeerArenas() = default;

@@ -11,6 +11,7 @@ from ..basics import (Adasum, Average, HorovodInternalError, Max, Min, Product, 
                       gloo_enabled, init, is_homogeneous, is_initialized, local_rank,
                       local_size, mpi_built, mpi_enabled, mpi_threads_supported, nccl_built,
                       rank, rocm_built, shutdown, size, start_timeline, stop_timeline)
+from ..shared_arrays import shared_empty as _shared_empty
 from ..process_sets import (ProcessSet, add_process_set, global_process_set,  # noqa: F401
                             remove_process_set)
 from .compression import Compression  # noqa: F401
@@ -46,11 +47,9 @@ def shared_empty(shape, dtype=_torch.float32):
     """A CPU tensor in memory the other ranks of this host can map (see
     horovodlite.shared_empty): allreduces whose tensors all come from here go
     zero-copy. Allocate the buffers allreduced every step this way."""
-    from ..shared_arrays import shared_empty as _shared_empty
-
-    itemsize = _torch.empty((), dtype=dtype).element_size()
-    shape = (int(shape),) if isinstance(shape, int) else tuple(int(d) for d in shape)
-    raw = _shared_empty((int(_np.prod(shape, dtype=_np.int64)) * itemsize,), _np.uint8)
-    # frombuffer shares the memory (and keeps the array alive) for every dtype, bfloat16 too.
-    return _torch.frombuffer(raw, dtype=dtype).view(shape) if raw.size else _torch.empty(
-        shape, dtype=dtype)
+    shape = _torch.Size([shape] if isinstance(shape, int) else shape)
+    nbytes = shape.numel() * _torch.empty((), dtype=dtype).element_size()
+    if not nbytes:  # nothing to share (and frombuffer refuses an empty buffer)
+        return _torch.empty(shape, dtype=dtype)
+    # frombuffer keeps the array alive and takes every dtype, bfloat16 too.
+    return _torch.frombuffer(_shared_empty(nbytes, _np.uint8), dtype=dtype).view(shape)
