@@ -26,6 +26,13 @@ def parse_args(argv=None):
     hosts = p.add_mutually_exclusive_group()
     hosts.add_argument("-H", "--hosts", help="hosts and slots, e.g. host1:2,host2:2 (default: this host)")
     hosts.add_argument("--hostfile", help="file with one 'host slots=N' per line")
+    hosts.add_argument("--local-cluster", metavar="HOSTSxSLOTS",
+                       help="run on simulated hosts on this machine: network namespaces joined "
+                            "by rate-limited links (needs root), e.g. 2x2")
+    p.add_argument("--link-rate", default="1gbit", metavar="RATE",
+                   help="--local-cluster: each host's link rate, each way, in tc units (default 1gbit)")
+    p.add_argument("--link-delay", metavar="TIME",
+                   help="--local-cluster: added one-way delay per link, e.g. 0.2ms (needs netem)")
     p.add_argument("--timeline-filename", metavar="PATH",
                    help="rank 0 writes a Chrome-trace timeline here (HOROVODLITE_TIMELINE)")
     p.add_argument("--timeline-mark-cycles", action="store_true",
@@ -58,13 +65,18 @@ def parse_args(argv=None):
         return args
     if not args.command:
         p.error("no command given (e.g. horovodlite-run -np 2 python train.py)")
-    if args.np is None:
+    try:
         slots = _host_slots(args)
+    except ValueError as e:
+        p.error(str(e))
+    if args.np is None:
         if slots is None:
             p.error("-np is required when no hosts are given")
         args.np = slots
     if args.np < 1:
         p.error(f"-np must be at least 1, got {args.np}")
+    if args.local_cluster and args.np > slots:
+        p.error(f"-np {args.np} exceeds the {slots} slots of --local-cluster {args.local_cluster}")
     return args
 
 
@@ -81,25 +93,48 @@ def find_mpirun(explicit=None):
     return found
 
 
+def _slot_count(text, where):
+    if not text.isdigit() or int(text) < 1:
+        raise ValueError(f"{where}: slots must be a positive integer, got {text!r}")
+    return int(text)
+
+
 def _host_slots(args):
-    """Total slots named by -H / --hostfile, or None when running on this host only."""
+    """Total slots named by -H / --hostfile / --local-cluster, or None when running on
+    this host only. A malformed list raises ValueError naming the bad entry."""
+    if getattr(args, "local_cluster", None):
+        from .local_cluster import ClusterError, parse_spec
+
+        try:
+            hosts, slots = parse_spec(args.local_cluster)
+        except ClusterError as e:
+            raise ValueError(str(e))
+        return hosts * slots
     if args.hosts:
         total = 0
         for item in args.hosts.split(","):
-            name, _, slots = item.strip().partition(":")
-            total += int(slots) if slots else 1
+            name, colon, slots = item.strip().partition(":")
+            if not name:
+                raise ValueError(f"-H {args.hosts!r}: empty host name in entry {item!r}")
+            total += _slot_count(slots, f"-H entry {item.strip()!r}") if colon else 1
         return total
     if args.hostfile:
         total = 0
-        for line in Path(args.hostfile).read_text().splitlines():
+        try:
+            lines = Path(args.hostfile).read_text().splitlines()
+        except OSError as e:
+            raise ValueError(f"--hostfile {args.hostfile}: {e.strerror}")
+        for no, line in enumerate(lines, 1):
             line = line.split("#", 1)[0].strip()
             if not line:
                 continue
             slots = 1
             for word in line.split()[1:]:
                 if word.startswith("slots="):
-                    slots = int(word.split("=", 1)[1])
+                    slots = _slot_count(word.split("=", 1)[1], f"--hostfile {args.hostfile} line {no}")
             total += slots
+        if not total:
+            raise ValueError(f"--hostfile {args.hostfile}: names no host")
         return total
     return None
 
@@ -151,15 +186,21 @@ def forwarded_names(args, env):
     return [n for n in names if not (n in seen or seen.add(n))]
 
 
-def build_command(args, env):
-    """The mpirun argv for `args` (OpenMPI 5 spelling: long options take two dashes)."""
+def build_command(args, env, cluster=None):
+    """The mpirun argv for `args` (OpenMPI 5 spelling: long options take two dashes);
+    `cluster`: the started LocalCluster of --local-cluster."""
     cmd = [find_mpirun(args.mpirun), "-n", str(args.np), "--bind-to", "none"]
-    if args.hosts:
+    if cluster is not None:
+        cmd += cluster.mpirun_args()
+    elif args.hosts:
         cmd += ["--host", args.hosts]
     elif args.hostfile:
         cmd += ["--hostfile", str(Path(args.hostfile).absolute())]
     slots = _host_slots(args)
-    if args.oversubscribe or (slots is None and args.np > _cores()):
+    # Not with --local-cluster: there --oversubscribe makes PRRTE map every rank onto
+    # the first host.
+    if not getattr(args, "local_cluster", None) and (
+            args.oversubscribe or (slots is None and args.np > _cores())):
         cmd.append("--oversubscribe")
     for name in forwarded_names(args, env):
         cmd += ["-x", name]
@@ -172,17 +213,28 @@ def build_command(args, env):
     return cmd + command
 
 
+class _Terminated(Exception):
+    """SIGTERM / SIGHUP, raised where the launcher waits so that cleanup runs."""
+
+
+def _raise_terminated(signum, frame):
+    raise _Terminated(signum)
+
+
 def run_job(cmd, env):
     """Runs mpirun and returns its exit code. mpirun ends the whole job as soon as one rank
-    exits with an error and reports which one; Ctrl-C is passed on to it."""
+    exits with an error and reports which one; Ctrl-C and SIGTERM are passed on to it."""
     proc = subprocess.Popen(cmd, env=env)
     try:
         return _exit_code(proc.wait())
-    except KeyboardInterrupt:
-        proc.send_signal(signal.SIGINT)
+    except (KeyboardInterrupt, _Terminated) as e:
+        proc.send_signal(signal.SIGINT if isinstance(e, KeyboardInterrupt) else signal.SIGTERM)
         try:
             return _exit_code(proc.wait(timeout=10))
         except subprocess.TimeoutExpired:
+            proc.kill()
+            return _exit_code(proc.wait())
+        except (KeyboardInterrupt, _Terminated):  # asked twice: stop now
             proc.kill()
             return _exit_code(proc.wait())
 
@@ -199,6 +251,8 @@ def main(argv=None):
         print(report(find_mpirun_or_none(args.mpirun)))
         return 0
     env = job_env(args)
+    if args.local_cluster:
+        return _run_on_local_cluster(args, env)
     try:
         cmd = build_command(args, env)
     except FileNotFoundError as e:
@@ -206,7 +260,47 @@ def main(argv=None):
         return 127
     if args.verbose:
         print("horovodlite-run: " + shlex.join(cmd), file=sys.stderr, flush=True)
-    rc = run_job(cmd, env)
+    return _report(run_job(cmd, env))
+
+
+def _run_on_local_cluster(args, env):
+    """Starts the simulated hosts, runs the job on them and removes them again, also when
+    a rank fails or the launcher gets Ctrl-C / SIGTERM / SIGHUP."""
+    from .local_cluster import ClusterError, LocalCluster, parse_spec
+
+    old = {s: signal.signal(s, _raise_terminated) for s in (signal.SIGTERM, signal.SIGHUP)}
+    cluster = None
+    try:
+        try:
+            hosts, slots = parse_spec(args.local_cluster)
+            cmd = build_command(args, env)  # fails early (no mpirun) before anything is made
+            cluster = LocalCluster(hosts, slots, link_rate=args.link_rate, link_delay=args.link_delay)
+            cluster.start()
+        except (ClusterError, FileNotFoundError) as e:
+            print(f"horovodlite-run: {e}", file=sys.stderr, flush=True)
+            return 2
+        cmd = build_command(args, env, cluster)
+        print(f"horovodlite-run: {cluster.describe()}", file=sys.stderr, flush=True)
+        if args.verbose:
+            print("horovodlite-run: " + shlex.join(cmd), file=sys.stderr, flush=True)
+        return _report(run_job(cmd, env))
+    except (KeyboardInterrupt, _Terminated):
+        return 130
+    finally:
+        # Cleanup must not be cut short by a second signal.
+        for s in old:
+            signal.signal(s, signal.SIG_IGN)
+        prev_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            if cluster is not None:
+                cluster.close()
+        finally:
+            signal.signal(signal.SIGINT, prev_int)
+            for s, h in old.items():
+                signal.signal(s, h)
+
+
+def _report(rc):
     if rc != 0:
         print(f"horovodlite-run: the job failed with exit code {rc}; mpirun's report above names "
               "the first rank that failed, and its output precedes it", file=sys.stderr, flush=True)
