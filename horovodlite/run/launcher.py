@@ -269,6 +269,8 @@ def _run_on_local_cluster(args, env):
     from .local_cluster import ClusterError, LocalCluster, parse_spec
 
     old = {s: signal.signal(s, _raise_terminated) for s in (signal.SIGTERM, signal.SIGHUP)}
+    # Also where SIGINT came in ignored (a background job): Ctrl-C must clean up.
+    old[signal.SIGINT] = signal.signal(signal.SIGINT, signal.default_int_handler)
     cluster = None
     try:
         try:
@@ -290,12 +292,10 @@ def _run_on_local_cluster(args, env):
         # Cleanup must not be cut short by a second signal.
         for s in old:
             signal.signal(s, signal.SIG_IGN)
-        prev_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
         try:
             if cluster is not None:
                 cluster.close()
         finally:
-            signal.signal(signal.SIGINT, prev_int)
             for s, h in old.items():
                 signal.signal(s, h)
 
