@@ -54,14 +54,16 @@ def mpirun_path():
     return str(cand) if cand.exists() else (shutil.which("mpirun") or "mpirun")
 
 
-def mpi_env(extra=None):
+def mpi_env(extra=None, oversubscribe=True):
     env = dict(os.environ)
     env.update({
         "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
         "PYTHONUNBUFFERED": "1",
-        # tests must not depend on how many cores the machine has
-        "OMPI_MCA_rmaps_base_oversubscribe": "1",
     })
+    if oversubscribe:  # tests must not depend on how many cores the machine has
+        env["OMPI_MCA_rmaps_base_oversubscribe"] = "1"
+    else:
+        env.pop("OMPI_MCA_rmaps_base_oversubscribe", None)
     env.update({k: str(v) for k, v in (extra or {}).items()})
     return env
 
@@ -70,12 +72,15 @@ class RankError(AssertionError):
     pass
 
 
-def launch(np_, script_path, args=(), timeout=180, env=None):
-    """Runs `python script args` on np_ ranks; returns CompletedProcess (killed on timeout)."""
-    cmd = [mpirun_path(), "--oversubscribe", "--bind-to", "none", "-np", str(np_),
+def launch(np_, script_path, args=(), timeout=180, env=None, cluster=None):
+    """Runs `python script args` on np_ ranks; returns CompletedProcess (killed on timeout).
+    `cluster`: a started LocalCluster to run on (its hosts, its links; with
+    --oversubscribe PRRTE would put every rank on its first host, so not then)."""
+    where = cluster.mpirun_args() if cluster is not None else ["--oversubscribe"]
+    cmd = [mpirun_path(), *where, "--bind-to", "none", "-np", str(np_),
            sys.executable, str(script_path), *map(str, args)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=mpi_env(env), start_new_session=True)
+                            env=mpi_env(env, oversubscribe=cluster is None), start_new_session=True)
     try:
         out, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -86,15 +91,16 @@ def launch(np_, script_path, args=(), timeout=180, env=None):
 
 
 def run(np_, code, timeout=180, env=None, init=True, init_kwargs=None, allow_failure=False,
-        return_output=False):
+        return_output=False, cluster=None):
     """Runs `code` (defining main(hvd)) on np_ ranks and returns per-rank results
-    (and the job's combined output too, with return_output=True)."""
+    (and the job's combined output too, with return_output=True); on the simulated
+    hosts of `cluster` (conftest.py's local_cluster fixture) when given."""
     with tempfile.TemporaryDirectory(prefix="hvdl-test-") as tmp:
         script = Path(tmp) / "job.py"
         ikw = (init_kwargs or {}) if init else None
         script.write_text(_PRELUDE.format(out=tmp, init_kwargs=ikw)
                           + textwrap.dedent(code) + _EPILOGUE.format())
-        proc = launch(np_, script, timeout=timeout, env=env)
+        proc = launch(np_, script, timeout=timeout, env=env, cluster=cluster)
         results = []
         for r in range(np_):
             f = Path(tmp) / f"rank{r}.pkl"

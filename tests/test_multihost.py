@@ -1,0 +1,133 @@
+"""Every collective across simulated hosts (conftest.py's local_cluster: network
+namespaces with their own hostnames, joined by 1 Gbit/s tbf-shaped links; the code of
+`horovodlite-run --local-cluster`), checked against numpy references and bitwise alike
+on all ranks. One mpirun job per topology runs everything, so the suite pays the
+start-up once per topology: allreduce on the flat ring and on the hierarchical path
+(every reducible dtype and op, sizes not divisible by the rank count, one large enough
+to be cut into ring segments), allgather, broadcast, alltoall, reducescatter, and
+process sets whose ranks span hosts. Afterwards nothing of the cluster may be left."""
+import time
+
+import pytest
+
+from collective_refs import REFS
+from mpirun import run
+from test_process_sets import SET_OPS
+
+JOB = SET_OPS + r'''
+import hashlib, os, socket
+from horovodlite._loader import _core
+
+
+def digest(a):
+    return hashlib.sha1(np.ascontiguousarray(a).tobytes()).hexdigest()
+
+
+def main(hvd):
+    bad, seen = [], {}
+    r = int(os.environ["OMPI_COMM_WORLD_RANK"])
+    info = {"host": socket.gethostname()}
+    for path, env in (("flat", "0"), ("hierarchical", "1")):
+        os.environ["HOROVODLITE_HIERARCHICAL_ALLREDUCE"] = env
+        hvd.init()
+        n = hvd.size()
+        info[path] = _core.allreduce_algorithm(0)
+        info["local"] = (hvd.local_rank(), hvd.local_size(), hvd.cross_rank(), hvd.cross_size())
+        for dt in REDUCIBLE:
+            for op in (hvd.Sum, hvd.Average, hvd.Min, hvd.Max, hvd.Product):
+                if op == hvd.Average and np.dtype(dt).kind in "iu":
+                    continue
+                for count in (1, 7, 1000 * n + 3):
+                    tag = f"{path}.ar.{np.dtype(dt).name}.{op}.{count}"
+                    x = lambda j: data(dt, (count,), count, j, -2 if op == hvd.Product else -3,
+                                       3 if op == hvd.Product else 4)
+                    got = hvd.allreduce(x(r), op=op, name=tag)
+                    want = reduce_ref([x(j) for j in range(n)], op, n)
+                    if not same(got, want):
+                        bad.append(f"rank {r}: {tag}: got {got[:5]}, want {want[:5]}")
+        # Real-valued data, large enough for several ring segments and the fusion
+        # buffer: the order of additions matters, so every rank must get the same bits.
+        rng = np.random.default_rng(7)
+        xs = [rng.standard_normal(700_003).astype(np.float32) for _ in range(n)]
+        got = hvd.allreduce(xs[r], op=hvd.Sum, name=f"{path}.big")
+        want = np.sum(np.stack(xs).astype(np.float64), axis=0)
+        if not np.allclose(got, want, rtol=1e-5, atol=1e-4):
+            bad.append(f"rank {r}: {path}.big: max error {np.abs(got - want).max()}")
+        seen[f"{path}.big"] = digest(got)
+        # Many small tensors in one cycle (fused), as a training step submits them.
+        hs = [hvd.allreduce_async(xs[r][:1000 + i] * (i + 1), op=hvd.Sum, name=f"{path}.fused.{i}")
+              for i in range(8)]
+        for i, h in enumerate(hs):
+            got = hvd.synchronize(h)
+            seen[f"{path}.fused.{i}"] = digest(got)
+        if path == "flat":
+            run_all(hvd, hvd.global_process_set, "world", bad)
+            fl = rng.standard_normal((n * 3 + 1, 5)).astype(np.float32) + r
+            seen["allgather"] = digest(hvd.allgather(fl, name="ag.float"))
+            seen["reducescatter.all"] = digest(hvd.allgather(
+                hvd.reducescatter(fl, op=hvd.Sum, name="rs.float"), name="rs.gather"))
+        hvd.shutdown()
+    # Process sets whose members sit on different hosts.
+    n = int(os.environ["OMPI_COMM_WORLD_SIZE"])
+    spans = [[0, n - 1]] + ([[1, 2]] if n >= 4 else []) + ([list(range(1, n))] if n >= 3 else [])
+    sets = [hvd.ProcessSet(m) for m in spans]
+    hvd.init(process_sets=sets)
+    for ps in sets:
+        if r in ps.ranks:
+            run_all(hvd, ps, f"span{ps.ranks}", bad)
+    hvd.barrier()
+    hvd.shutdown()
+    return {"bad": bad, "seen": seen, "info": info}
+'''
+
+TOPOLOGIES = [(2, 1), (2, 2), (3, 1)]
+MADE = set()  # every namespace and link the jobs' clusters had
+
+
+@pytest.fixture(scope="module", params=TOPOLOGIES, ids=lambda t: f"{t[0]}x{t[1]}")
+def job(request, local_cluster):
+    hosts, slots = request.param
+    with local_cluster(hosts, slots) as c:
+        results = run(hosts * slots, JOB, timeout=600, init=False, cluster=c)
+        names = list(c.names)
+        MADE.update(c.names, [c.bridge], (f"{h}-o" for h in c.names))
+    return hosts, slots, names, results
+
+
+def test_ranks_on_their_hosts(job):
+    hosts, slots, names, results = job
+    got = [res["info"]["host"] for res in results]
+    assert got == [names[r // slots] for r in range(hosts * slots)]
+    for r, res in enumerate(results):
+        assert res["info"]["local"] == (r % slots, slots, r // slots, hosts)
+
+
+def test_every_collective_matches_numpy(job):
+    problems = [p for res in job[3] for p in res["bad"]]
+    assert not problems, "\n".join(problems[:30])
+
+
+def test_bitwise_identical_on_all_ranks(job):
+    seen = [res["seen"] for res in job[3]]
+    for key in seen[0]:
+        assert len({s[key] for s in seen}) == 1, f"{key}: ranks differ"
+
+
+def test_allreduce_paths(job):
+    hosts, slots, _, results = job
+    for res in results:
+        assert res["info"]["flat"] == "ring"
+        # one rank per host has nothing to share memory with: the ring either way
+        assert res["info"]["hierarchical"] == ("hierarchical" if slots > 1 else "ring")
+
+
+def test_nothing_left_behind(local_cluster):
+    """Runs after the jobs (pytest keeps file order): none of their clusters remains."""
+    from horovodlite.run.local_cluster import leftovers
+
+    made = set(MADE)
+    assert made, "no job ran before this test"
+    deadline = time.monotonic() + 10  # the kernel removes a namespace's links asynchronously
+    while made & set(leftovers()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not made & set(leftovers())
