@@ -145,3 +145,28 @@ def test_stale_cluster_swept():
     with lc.LocalCluster(1, 1):
         pass
     assert _gone(names)
+
+
+@needs_root
+def test_cluster_benchmark_report(tmp_path):
+    """`python -m horovodlite.bench --cluster` end to end on small sizes: every
+    implementation measured and right, the model beside it, plots written."""
+    before = _ours()
+    out = tmp_path / "rep"
+    e = dict(os.environ, PYTHONUNBUFFERED="1")
+    p = subprocess.run([sys.executable, "-m", "horovodlite.bench", "--cluster", "2x1",
+                        "--link-rate", "1gbit", "--min-bytes", "4K", "--max-bytes", "64K",
+                        "--rounds", "1", "--budget", "0.02", "-o", str(out)],
+                       capture_output=True, text=True, timeout=400, env=e)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    import json
+
+    res = json.loads((out / "results.json").read_text())["results"]
+    names = {r["impl"] for r in res["rows"]}
+    assert {"MPI_Allreduce", "binomial tree", "parameter server (1 server)"} <= names
+    assert any(n.startswith("horovodlite ring") for n in names)
+    assert all(r["wrong"] == 0 for r in res["rows"]), res["rows"]
+    text = (out / "report.md").read_text()
+    assert "model ms" in text and "hvdl" in text
+    assert all((out / f).exists() for f in ("time.png", "busbw.png", "traffic.png"))
+    assert _gone(_ours() - before)

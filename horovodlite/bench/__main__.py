@@ -5,7 +5,13 @@ in one launch:
     mpirun -np 2 python -m horovodlite.bench -o report_dir
 
 writes report_dir/report.md with PNG plots (busbw vs size per collective, the
-ResNet-50 gradient set, small-message latency) and results.json."""
+ResNet-50 gradient set, small-message latency) and results.json.
+
+    python -m horovodlite.bench --cluster 2x2 --link-rate 1gbit -o report_dir
+
+(no mpirun: as root) runs the allreduce comparison across simulated hosts instead:
+horovodlite, MPI_Allreduce, a parameter server and a tree beside the cost model
+(bench/cluster.py)."""
 import argparse
 import datetime
 import importlib.util
@@ -130,6 +136,11 @@ def _row_names(impls):
 
 
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if any(a == "--cluster" or a.startswith("--cluster=") for a in argv):
+        from .cluster import main as cluster_main  # starts its own simulated hosts
+
+        return cluster_main(argv)
     ap = argparse.ArgumentParser(prog="python -m horovodlite.bench", description=__doc__.splitlines()[0])
     ap.add_argument("-o", "--output", default="bench_report", help="directory for report.md and plots")
     ap.add_argument("--min-bytes", default="4", help="smallest allreduce (latency) size")

@@ -31,6 +31,8 @@ def parse_args(argv=None):
                             "by rate-limited links (needs root), e.g. 2x2")
     p.add_argument("--link-rate", default="1gbit", metavar="RATE",
                    help="--local-cluster: each host's link rate, each way, in tc units (default 1gbit)")
+    p.add_argument("--link-mtu", type=int, metavar="BYTES",
+                   help="--local-cluster: the links' MTU (default 1500; 9000 = jumbo frames)")
     p.add_argument("--link-delay", metavar="TIME",
                    help="--local-cluster: added one-way delay per link, e.g. 0.2ms (needs netem)")
     p.add_argument("--timeline-filename", metavar="PATH",
@@ -276,7 +278,8 @@ def _run_on_local_cluster(args, env):
         try:
             hosts, slots = parse_spec(args.local_cluster)
             cmd = build_command(args, env)  # fails early (no mpirun) before anything is made
-            cluster = LocalCluster(hosts, slots, link_rate=args.link_rate, link_delay=args.link_delay)
+            cluster = LocalCluster(hosts, slots, link_rate=args.link_rate, link_delay=args.link_delay,
+                                   mtu=args.link_mtu)
             cluster.start()
         except (ClusterError, FileNotFoundError) as e:
             print(f"horovodlite-run: {e}", file=sys.stderr, flush=True)

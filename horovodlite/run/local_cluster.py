@@ -152,17 +152,25 @@ def netem_available():
 
 
 class LocalCluster:
-    """HOSTS simulated hosts with SLOTS slots each; a context manager (see the module doc)."""
+    """HOSTS simulated hosts with SLOTS slots each (or a list: slots of each host); a
+    context manager (see the module doc)."""
 
-    def __init__(self, hosts, slots, link_rate="1gbit", link_delay=None):
-        self.hosts, self.slots = int(hosts), int(slots)
-        if not 1 <= self.hosts <= _MAX_HOSTS or self.slots < 1:
+    def __init__(self, hosts, slots, link_rate="1gbit", link_delay=None, mtu=None):
+        self.hosts = int(hosts)
+        self.host_slots = [int(x) for x in slots] if isinstance(slots, (list, tuple)) \
+            else [int(slots)] * self.hosts
+        self.slots = self.host_slots[0] if self.host_slots else 0
+        if not 1 <= self.hosts <= _MAX_HOSTS or len(self.host_slots) != self.hosts \
+                or min(self.host_slots) < 1:
             raise ClusterError(f"local cluster: need 1..{_MAX_HOSTS} hosts and at least 1 slot "
                                f"each, got {hosts} x {slots}")
         self.link_rate = link_rate
         self.rate_bytes = parse_rate(link_rate) if link_rate else None
         self.link_delay = link_delay
         self.delay_s = parse_time(link_delay) if link_delay else 0.0
+        self.mtu = int(mtu) if mtu else None
+        if self.mtu is not None and not 576 <= self.mtu <= 65535:
+            raise ClusterError(f"--link-mtu {mtu}: expected 576..65535")
         self.number = None
         self.names = []      # namespace = hostname of each host
         self.addresses = []  # its address
@@ -177,7 +185,7 @@ class LocalCluster:
         return f"{_NET_PREFIX}.{self.number}.0/24"
 
     def host_list(self):
-        return ",".join(f"{n}:{self.slots}" for n in self.names)
+        return ",".join(f"{n}:{k}" for n, k in zip(self.names, self.host_slots))
 
     def mpirun_args(self):
         """Options that make mpirun start on these hosts and talk only over their links.
@@ -193,7 +201,10 @@ class LocalCluster:
     def describe(self):
         shape = f"{self.link_rate} each way (tc tbf)" if self.link_rate else "unlimited"
         delay = f", {self.link_delay} delay (netem)" if self.delay_s else ", no added delay"
-        return (f"local cluster: {self.hosts} hosts x {self.slots} slots "
+        delay += f", MTU {self.mtu or 1500}"
+        slots = (f"{self.slots} slots" if len(set(self.host_slots)) == 1
+                 else "+".join(map(str, self.host_slots)) + " slots")
+        return (f"local cluster: {self.hosts} hosts x {slots} "
                 f"({', '.join(self.names)}) on {self.subnet}; links {shape}{delay}")
 
     # ---- lifetime ----
@@ -285,6 +296,10 @@ class LocalCluster:
             outer = f"{ns}-o"  # hvdlN-hI-o: at most 15 characters for N, I < 1000, 100
             _run(["ip", "link", "add", outer, "type", "veth", "peer", "name", "eth0", "netns", ns])
             self._did("link", outer)
+            if self.mtu:
+                _run(["ip", "link", "set", outer, "mtu", str(self.mtu)], what=f"--link-mtu {self.mtu}")
+                _run(["ip", "-n", ns, "link", "set", "eth0", "mtu", str(self.mtu)],
+                     what=f"--link-mtu {self.mtu}")
             _run(["ip", "link", "set", outer, "master", self.bridge, "up"])
             _run(["ip", "-n", ns, "addr", "add", f"{addr}/24", "dev", "eth0"])
             _run(["ip", "-n", ns, "link", "set", "eth0", "up"])

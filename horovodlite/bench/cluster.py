@@ -1,0 +1,277 @@
+"""The classic comparison on a simulated cluster, measured and modelled:
+
+    python -m horovodlite.bench --cluster 2x2 --link-rate 1gbit -o report_dir
+
+starts H hosts x L workers plus P parameter-server hosts (horovodlite/run/local_cluster.py),
+runs one mpirun job in which horovodlite (its automatic path, and the flat ring and the
+hierarchical path where they differ), MPI_Allreduce, a parameter server and a binomial
+tree take turns size by size, round by round, and writes report_dir/report.md with
+plots: time and busbw per size beside the cost model's prediction (horovodlite/sim.py,
+fed with the link rate and the latency and memory bandwidth measured in the same job),
+and the traffic per rank as N grows. Needs root, like --local-cluster."""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+from .workloads import human, parse_bytes, sweep
+
+# name -> cost-model algorithm
+MODEL_OF = {"horovodlite ring": "ring", "horovodlite hierarchical": "hierarchical",
+            "binomial tree": "tree"}
+
+
+# ---------------------------------------------------------------- in the ranks
+def _link_counters():
+    """{host link: (bytes into the host, bytes out of it)} from the root namespace's
+    veths (pid 1's view; the namespaces only see their own eth0)."""
+    out = {}
+    try:
+        with open("/proc/1/net/dev") as f:
+            for line in f.readlines()[2:]:
+                name, data = line.split(":", 1)
+                name = name.strip()
+                if name.startswith("hvdl") and name.endswith("-o"):
+                    v = data.split()
+                    out[name[:-2]] = (int(v[8]), int(v[0]))  # tx of the outer end = into the host
+    except OSError:
+        pass
+    return out
+
+
+def _calibrate(world, comm, L, n):
+    """alpha: half the round trip of an 8-byte message between hosts; memory: the
+    bytes one host's workers copy per second, all at once."""
+    import numpy as np
+    from mpi4py import MPI
+
+    r = world.Get_rank()
+    alpha = 0.0
+    peer = L if n > L else None
+    msg = np.zeros(1, np.float64)
+    if peer is not None and r in (0, peer):
+        other = peer if r == 0 else 0
+        for i in range(220):
+            if i == 20:
+                t0 = time.perf_counter()
+            if r == 0:
+                world.Send(msg, dest=other, tag=5)
+                world.Recv(msg, source=other, tag=5)
+            else:
+                world.Recv(msg, source=other, tag=5)
+                world.Send(msg, dest=other, tag=5)
+        alpha = (time.perf_counter() - t0) / 200 / 2
+    alpha = comm.allreduce(alpha, op=MPI.MAX)
+    a = np.ones(16 << 18, np.float32)  # 64 MiB
+    b = np.empty_like(a)
+    np.copyto(b, a)
+    best = 1e9
+    for _ in range(3):
+        comm.Barrier()
+        t0 = time.perf_counter()
+        np.copyto(b, a)
+        best = min(best, comm.allreduce(time.perf_counter() - t0, op=MPI.MAX))
+    mem_bw = L * 2 * a.nbytes / best  # every rank of a host at once: read + write
+    return alpha, mem_bw
+
+
+class _Hvdl:
+    """horovodlite on the workers' communicator, one allreduce path."""
+
+    def __init__(self, comm, env):
+        from .impls import Horovodlite
+
+        self.inner = Horovodlite(env, ("allreduce",))
+        self.comm = comm
+        self.collectives = ("allreduce",)
+
+    def enter(self):
+        inner = self.inner
+        inner._saved = {k: os.environ.get(k) for k in inner._PATH_VARS}
+        for k in inner._PATH_VARS:
+            os.environ.pop(k, None)
+        os.environ.update(inner.env)
+        inner.hvd.init(comm=self.comm)
+        inner.algorithm = inner._core.allreduce_algorithm(0)
+
+    def exit(self):
+        self.inner.exit()
+
+    def prepare(self, coll, inp):
+        return self.inner.prepare(coll, inp)
+
+
+def _impls(world, comm, H, L, P, only):
+    from .baselines import ParameterServer, Tree
+    from .impls import Mpi
+
+    out, seen = [], set()
+    for env in ({}, {"HOROVODLITE_HIERARCHICAL_ALLREDUCE": "0"},
+                {"HOROVODLITE_HIERARCHICAL_ALLREDUCE": "1"}):
+        h = _Hvdl(comm, env)
+        h.enter()
+        algo = h.inner.algorithm
+        h.exit()
+        if algo in seen:
+            continue
+        seen.add(algo)
+        h.name = f"horovodlite {algo}" + (" (automatic)" if not env else "")
+        out.append(h)
+    m = Mpi(comm)
+    m.name = "MPI_Allreduce"
+    out.append(m)
+    if P:
+        out.append(ParameterServer(world, range(H * L, H * L + P)))
+    out.append(Tree(comm))
+    if only:
+        out = [i for i in out if any(s.lower() in i.name.lower() for s in only.split(","))]
+    return out
+
+
+def job(opts):
+    import numpy as np
+    from mpi4py import MPI
+
+    from .baselines import serve, stop_servers
+    from .measure import case
+
+    H, L, P = opts["hosts"], opts["local"], opts["servers"]
+    n = H * L
+    world = MPI.COMM_WORLD
+    wr = world.Get_rank()
+    worker = wr < n
+    comm = world.Split(0 if worker else 1, wr)
+    if not worker:
+        serve(world, list(range(n)))
+        comm.Free()
+        return
+    alpha, mem_bw = _calibrate(world, comm, L, n)
+    impls = _impls(world, comm, H, L, P, opts.get("impls"))
+    sizes = opts["sizes"]
+    times, wrong, traffic, iters = {}, {}, {}, {}
+    r = comm.Get_rank()
+    for rnd in range(opts["rounds"]):
+        k = rnd % len(impls)
+        for impl in impls[k:] + impls[:k]:
+            impl.enter()
+            try:
+                for s in sizes:
+                    inp, want, nbytes = case("allreduce", s, n, r)
+                    buf, run = impl.prepare("allreduce", inp)
+                    key = (impl.name, nbytes)
+
+                    def once():
+                        buf[...] = inp
+                        comm.Barrier()
+                        t0 = time.perf_counter()
+                        got = run()
+                        return comm.allreduce(time.perf_counter() - t0, op=MPI.MAX), got
+
+                    for _ in range(3 if impl.name.startswith("horovodlite") else 1):
+                        t, _ = once()  # connections, negotiation, the path tuner's probes
+                    if key not in iters:
+                        iters[key] = int(max(1, min(20, opts["budget"] / max(t, 1e-6))))
+                    c0 = _link_counters() if r == 0 else None
+                    total, got = 0.0, None
+                    for _ in range(iters[key]):
+                        t, got = once()
+                        total += t
+                    if r == 0:
+                        c1 = _link_counters()
+                        traffic[key] = {h: ((c1[h][0] - c0[h][0]) / iters[key],
+                                            (c1[h][1] - c0[h][1]) / iters[key]) for h in c1 if h in c0}
+                    times.setdefault(key, []).append(total / iters[key])
+                    bad = int(np.count_nonzero(np.asarray(got) != want))
+                    wrong[key] = wrong.get(key, 0) + comm.allreduce(bad)
+            finally:
+                impl.exit()
+        if r == 0:
+            print(f"round {rnd + 1}/{opts['rounds']} done", flush=True)
+    stop_servers(world, range(n, n + P))
+    if r == 0:
+        rows = [{"impl": k[0], "bytes": k[1], "time": statistics.median(v), "times": v,
+                 "wrong": wrong[k], "traffic": traffic.get(k, {})} for k, v in times.items()]
+        with open(opts["out"], "w") as f:
+            json.dump({"alpha": alpha, "mem_bw": mem_bw, "rows": rows,
+                       "impls": [i.name for i in impls]}, f, indent=1)
+    comm.Free()
+
+
+# ---------------------------------------------------------------- the launcher side
+def _parse(argv):
+    ap = argparse.ArgumentParser(prog="python -m horovodlite.bench --cluster",
+                                 description=__doc__.splitlines()[0])
+    ap.add_argument("--cluster", required=True, help="HOSTSxWORKERS_PER_HOST, e.g. 2x2")
+    ap.add_argument("--link-rate", default="1gbit", help="each host's link, each way (tc units)")
+    ap.add_argument("--link-mtu", type=int, default=1500)
+    ap.add_argument("--servers", type=int, default=1, help="parameter servers (0: none)")
+    ap.add_argument("-o", "--output", default="cluster_report")
+    ap.add_argument("--min-bytes", default="4K")
+    ap.add_argument("--max-bytes", default="64M")
+    ap.add_argument("--factor", type=int, default=4)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--budget", type=float, default=1.0, help="seconds per measurement (at most 20 calls)")
+    ap.add_argument("--impls", default="", help="comma list of name fragments to run (default all)")
+    ap.add_argument("--timeout", type=float, default=1800, help="seconds before the job is killed")
+    return ap.parse_args(argv)
+
+
+def main(argv):
+    from ..run.launcher import find_mpirun
+    from ..run.local_cluster import ClusterError, LocalCluster, parse_spec
+
+    args = _parse(argv)
+    try:
+        H, L = parse_spec(args.cluster)
+    except ClusterError as e:
+        sys.exit(f"python -m horovodlite.bench: {e}")
+    P = max(0, args.servers)
+    os.makedirs(args.output, exist_ok=True)
+    sizes = sweep(args.min_bytes, args.max_bytes, args.factor)
+    with tempfile.TemporaryDirectory(prefix="hvdl-cluster-bench-") as tmp:
+        out = os.path.join(tmp, "results.json")
+        opts = {"hosts": H, "local": L, "servers": P, "sizes": sizes, "rounds": args.rounds,
+                "budget": args.budget, "out": out, "impls": args.impls}
+        env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+                   PYTHONUNBUFFERED="1")
+        env.pop("OMPI_MCA_rmaps_base_oversubscribe", None)
+        load0 = os.getloadavg()
+        try:
+            with LocalCluster(H + P, [L] * H + [1] * P, link_rate=args.link_rate,
+                              mtu=args.link_mtu) as c:
+                print(c.describe(), flush=True)
+                cmd = [find_mpirun(), "-n", str(H * L + P), "--bind-to", "none", *c.mpirun_args()]
+                for v in ("PATH", "PYTHONPATH", "LD_LIBRARY_PATH", "PYTHONUNBUFFERED"):
+                    if v in env:
+                        cmd += ["-x", v]
+                cmd += [sys.executable, "-m", "horovodlite.bench.cluster", "--job", json.dumps(opts)]
+                t0 = time.time()
+                rc = subprocess.run(cmd, env=env, timeout=args.timeout).returncode
+                hosts = list(c.names)
+        except ClusterError as e:
+            sys.exit(f"python -m horovodlite.bench: {e}")
+        except subprocess.TimeoutExpired:
+            sys.exit(f"python -m horovodlite.bench: the job did not finish in {args.timeout:.0f}s")
+        if rc != 0 or not os.path.exists(out):
+            sys.exit(f"python -m horovodlite.bench: the job failed (exit code {rc})")
+        with open(out) as f:
+            res = json.load(f)
+    from .cluster_report import write
+
+    meta = {"command": "python -m horovodlite.bench " + " ".join(argv), "hosts": H, "local": L,
+            "servers": P, "link_rate": args.link_rate, "mtu": args.link_mtu, "host_names": hosts,
+            "load": (load0, os.getloadavg()), "wall": time.time() - t0, "cpus": os.cpu_count(),
+            "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    path = write(args.output, res, meta)
+    print(f"report: {path}", flush=True)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--job":
+        job(json.loads(sys.argv[2]))
+    else:
+        main(sys.argv[1:])

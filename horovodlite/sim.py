@@ -1,0 +1,238 @@
+"""An alpha-beta cost model of allreduce on H hosts x L ranks per host.
+
+Each algorithm is written down as the steps it takes; a step is a set of concurrent
+transfers (source rank, destination rank, bytes) plus the reductions each rank does
+in it. A step costs
+
+    alpha + max( bytes over the busiest host link direction / link payload rate,
+                 bytes a rank moves through host memory / its share of memory bandwidth )
+
+so contention falls out of the layout: when several ranks of one host send across at
+once they share that host's link, which is what separates the flat ring from the
+hierarchical one. Ranks are numbered host-major (host h holds h*L .. h*L+L-1), as
+mpirun places them. The link's payload rate is the link rate times the TCP payload
+share of each frame (MSS / frame: 0.956 at MTU 1500, 0.993 at MTU 9000): the simulated
+links, like real ones, count Ethernet, IP and TCP headers against the rate.
+
+    from horovodlite.sim import Cluster, predict
+    c = Cluster(hosts=2, local=2, link_rate=125e6, latency=60e-6, mem_bw=8e9)
+    predict("hierarchical", c, 64 << 20)      # seconds
+    python -m horovodlite.sim --cluster 2x2 --link-rate 1gbit
+
+Algorithms (ALGORITHMS): "ring" (flat ring over all ranks, horovodlite's and the
+textbook one), "hierarchical" (reduce-scatter in shared memory inside each host, L
+concurrent rings across hosts, allgather in shared memory), "tree" (binomial tree
+reduce to rank 0, then broadcast, whole messages), "ps" (parameter server: P extra
+server ranks, each on a host of its own; every worker pushes 1/P of its buffer to
+each server, which sums as pushes arrive and sends the sum back)."""
+import argparse
+import math
+from dataclasses import dataclass, field
+
+ALGORITHMS = ("ring", "hierarchical", "tree", "ps")
+
+
+def payload_share(mtu):
+    """TCP payload bytes per byte the link carries: MSS (MTU - IP, TCP, timestamp
+    headers) over the Ethernet frame (MTU + 14)."""
+    return (mtu - 52) / (mtu + 14)
+
+
+@dataclass
+class Cluster:
+    hosts: int
+    local: int                 # ranks per host
+    link_rate: float           # bytes/s each way per host link (the tc rate / 8)
+    latency: float = 50e-6     # seconds per message (alpha)
+    mem_bw: float = 8e9        # bytes/s one host's memory moves, shared by its ranks
+    mtu: int = 1500
+    servers: int = 1           # parameter servers, each an extra rank on its own host
+    payload_rate: float = field(init=False)
+
+    def __post_init__(self):
+        self.payload_rate = self.link_rate * payload_share(self.mtu)
+
+    @property
+    def n(self):
+        return self.hosts * self.local
+
+    def host_of(self, rank):
+        """Worker ranks are host-major; server ranks (n, n+1, ...) sit on hosts of their own."""
+        return rank // self.local if rank < self.n else self.hosts + (rank - self.n)
+
+
+class Step:
+    """Concurrent transfers and per-rank memory work of one step."""
+
+    def __init__(self):
+        self.flows = []   # (src, dst, bytes)
+        self.memory = {}  # rank -> bytes it reads + writes in memory (reductions, copies)
+
+    def send(self, src, dst, nbytes):
+        if nbytes > 0:
+            self.flows.append((src, dst, nbytes))
+        return self
+
+    def touch(self, rank, nbytes):
+        self.memory[rank] = self.memory.get(rank, 0) + nbytes
+        return self
+
+
+def step_time(c, step, alpha=True):
+    out, inn, mem_host = {}, {}, {}
+    for src, dst, b in step.flows:
+        hs, hd = c.host_of(src), c.host_of(dst)
+        if hs == hd:  # inside a host: a copy through memory on both ends
+            mem_host[hs] = mem_host.get(hs, 0) + 2 * b
+        else:
+            out[hs] = out.get(hs, 0) + b
+            inn[hd] = inn.get(hd, 0) + b
+    for r, b in step.memory.items():
+        h = c.host_of(r)
+        mem_host[h] = mem_host.get(h, 0) + b
+    link = max([*out.values(), *inn.values(), 0]) / c.payload_rate
+    memory = max([*mem_host.values(), 0]) / c.mem_bw
+    busy = bool(step.flows or step.memory)
+    return (c.latency if alpha and step.flows else 0.0) + max(link, memory) if busy else 0.0
+
+
+def _ring_steps(c, ranks, nbytes):
+    """Reduce-scatter then allgather around `ranks`: 2(k-1) steps of nbytes/k each."""
+    k = len(ranks)
+    if k < 2:
+        return []
+    blk = nbytes / k
+    steps = []
+    for phase in ("rs", "ag"):
+        for _ in range(k - 1):
+            s = Step()
+            for i, r in enumerate(ranks):
+                s.send(r, ranks[(i + 1) % k], blk)
+                if phase == "rs":
+                    s.touch(r, 3 * blk)  # read both operands, write the sum
+            steps.append(s)
+    return steps
+
+
+def ring_steps(c, nbytes):
+    return _ring_steps(c, list(range(c.n)), nbytes)
+
+
+def hierarchical_steps(c, nbytes):
+    L, H = c.local, c.hosts
+    steps = []
+    if L > 1:  # reduce-scatter in shared memory: copy in, each rank sums its block of L
+        s = Step()
+        for r in range(c.n):
+            s.touch(r, 2 * nbytes + (L + 1) * nbytes / L)
+        steps.append(s)
+    # L rings across hosts at once, each over 1/L of the buffer: they share every link.
+    cross = [Step() for _ in range(2 * (H - 1))]
+    for i in range(L):
+        for j, st in enumerate(_ring_steps(c, [h * L + i for h in range(H)], nbytes / L)):
+            cross[j].flows += st.flows
+            for r, b in st.memory.items():
+                st_b = cross[j].memory.get(r, 0)
+                cross[j].memory[r] = st_b + b
+    steps += cross
+    if L > 1:  # allgather in shared memory: write own block, read all blocks
+        s = Step()
+        for r in range(c.n):
+            s.touch(r, nbytes / L + 2 * nbytes)
+        steps.append(s)
+    return steps
+
+
+def tree_steps(c, nbytes):
+    """Binomial tree over all ranks: reduce towards rank 0, then broadcast from it."""
+    n = c.n
+    rounds = max(0, math.ceil(math.log2(n))) if n > 1 else 0
+    reduce = []
+    for k in range(rounds):
+        s = Step()
+        for r in range(n):
+            if r % (2 << k) == (1 << k):
+                s.send(r, r - (1 << k), nbytes)
+                s.touch(r - (1 << k), 3 * nbytes)
+        reduce.append(s)
+    bcast = []
+    for k in reversed(range(rounds)):
+        s = Step()
+        for r in range(n):
+            if r % (2 << k) == (1 << k):
+                s.send(r - (1 << k), r, nbytes)
+        bcast.append(s)
+    return reduce + bcast
+
+
+def ps_steps(c, nbytes):
+    """Push (every worker sends its shard to each server, servers sum as they arrive),
+    then pull (each server sends the sum of its shard to every worker)."""
+    P, n = c.servers, c.n
+    shard = nbytes / P
+    push, pull = Step(), Step()
+    for w in range(n):
+        for p in range(P):
+            push.send(w, n + p, shard)
+            pull.send(n + p, w, shard)
+            push.touch(n + p, 2 * shard)  # add into the accumulator
+    return [push, pull]
+
+
+STEPS = {"ring": ring_steps, "hierarchical": hierarchical_steps, "tree": tree_steps, "ps": ps_steps}
+
+
+def predict(algorithm, cluster, nbytes):
+    """Predicted seconds for one allreduce of `nbytes` bytes."""
+    if algorithm not in STEPS:
+        raise ValueError(f"unknown algorithm {algorithm!r}; one of {', '.join(ALGORITHMS)}")
+    return sum(step_time(cluster, s) for s in STEPS[algorithm](cluster, nbytes))
+
+
+def traffic(algorithm, cluster, nbytes):
+    """{rank: (bytes sent, bytes received)} in one allreduce (across hosts and inside)."""
+    out = {}
+    for s in STEPS[algorithm](cluster, nbytes):
+        for src, dst, b in s.flows:
+            so, si = out.get(src, (0, 0))
+            out[src] = (so + b, si)
+            do, di = out.get(dst, (0, 0))
+            out[dst] = (do, di + b)
+    return out
+
+
+def link_bound(cluster, nbytes):
+    """The link bound of any allreduce across hosts: each host sends 2(H-1)/H of the
+    buffer over its own link (at the full link rate, headers not counted)."""
+    H = cluster.hosts
+    return 2 * (H - 1) / H * nbytes / cluster.link_rate if H > 1 else 0.0
+
+
+def parse_rate(text):
+    from .run.local_cluster import parse_rate as pr
+
+    return pr(text)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m horovodlite.sim", description=__doc__.splitlines()[0])
+    ap.add_argument("--cluster", default="2x2", help="HOSTSxRANKS_PER_HOST")
+    ap.add_argument("--link-rate", default="1gbit", help="per host, each way (tc units)")
+    ap.add_argument("--latency", type=float, default=50e-6, help="seconds per message")
+    ap.add_argument("--mem-bw", type=float, default=8e9, help="host memory bandwidth, bytes/s")
+    ap.add_argument("--mtu", type=int, default=1500)
+    ap.add_argument("--servers", type=int, default=1, help="parameter servers")
+    args = ap.parse_args(argv)
+    h, l = (int(x) for x in args.cluster.lower().split("x"))
+    c = Cluster(h, l, parse_rate(args.link_rate), args.latency, args.mem_bw, args.mtu, args.servers)
+    print(f"{h} hosts x {l} ranks, link {args.link_rate} (payload {c.payload_rate / 1e6:.1f} MB/s), "
+          f"alpha {args.latency * 1e6:.0f} us, memory {args.mem_bw / 1e9:.1f} GB/s, {args.servers} server(s)")
+    print(f"{'size':>10} {'bound ms':>9} " + " ".join(f"{a + ' ms':>15}" for a in ALGORITHMS))
+    for e in range(12, 27, 2):
+        s = 1 << e
+        print(f"{s:>10} {link_bound(c, s) * 1e3:>9.2f} "
+              + " ".join(f"{predict(a, c, s) * 1e3:>15.2f}" for a in ALGORITHMS))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,83 @@
+"""The cost model (horovodlite/sim.py) against the closed forms it must reduce to, and the
+parameter-server and tree baselines (horovodlite/bench/baselines.py) against numpy."""
+import pytest
+
+from horovodlite import sim
+from mpirun import run
+
+MiB = 1 << 20
+
+
+def test_ring_on_one_rank_per_host_is_the_link_bound_plus_latency():
+    c = sim.Cluster(3, 1, link_rate=125e6, latency=1e-4, mem_bw=1e12, mtu=1500)
+    S = 64 * MiB
+    steps = 2 * (3 - 1)
+    want = steps * 1e-4 + 2 * 2 / 3 * S / (125e6 * sim.payload_share(1500))
+    assert sim.predict("ring", c, S) == pytest.approx(want, rel=1e-9)
+    assert sim.link_bound(c, S) == pytest.approx(2 * 2 / 3 * S / 125e6)
+
+
+def test_flat_ring_shares_no_link_but_takes_more_steps():
+    """2 x 2: the flat ring's steps each move S/4 over the link, 6 of them: 1.5 S/B;
+    the hierarchical path's two concurrent rings move S/2 per host per step, 2 steps: S/B."""
+    c = sim.Cluster(2, 2, link_rate=125e6, latency=0.0, mem_bw=1e15, mtu=9000)
+    S = 64 * MiB
+    B = c.payload_rate
+    assert sim.predict("ring", c, S) == pytest.approx(1.5 * S / B, rel=1e-6)
+    assert sim.predict("hierarchical", c, S) == pytest.approx(S / B, rel=1e-3)
+
+
+def test_traffic_ring_stays_2k_parameter_server_grows():
+    S = 1.0
+    for n in (2, 4, 8, 16):
+        c = sim.Cluster(n, 1, 125e6, servers=1)
+        ring = sim.traffic("ring", c, S)
+        assert all(o == pytest.approx(2 * (n - 1) / n) and i == pytest.approx(2 * (n - 1) / n)
+                   for o, i in ring.values())
+        ps = sim.traffic("ps", c, S)
+        assert ps[n] == pytest.approx((n, n))  # the server: n pushes in, n pulls out
+        assert sim.predict("ps", c, 64 * MiB) > sim.predict("ring", c, 64 * MiB)
+
+
+def test_tree_takes_log_rounds():
+    c = sim.Cluster(8, 1, link_rate=1e8, latency=0.0, mem_bw=1e15, mtu=9000)
+    assert sim.predict("tree", c, 1e6) == pytest.approx(2 * 3 * 1e6 / c.payload_rate, rel=1e-6)
+
+
+def test_unknown_algorithm():
+    with pytest.raises(ValueError, match="unknown algorithm 'star'"):
+        sim.predict("star", sim.Cluster(2, 1, 1e8), 1)
+
+
+BASELINES = r'''
+from mpi4py import MPI
+from horovodlite.bench.baselines import ParameterServer, Tree, serve, stop_servers
+
+def main(hvd):
+    world = MPI.COMM_WORLD
+    r, size = world.Get_rank(), world.Get_size()
+    servers = 2
+    n = size - servers
+    comm = world.Split(0 if r < n else 1, r)
+    if r >= n:
+        serve(world, list(range(n)))
+        return None
+    out = {}
+    ps, tree = ParameterServer(world, range(n, size)), Tree(comm)
+    for count in (1, 5, 1001, 70001):
+        for dt in (np.float32, np.float64):
+            x = lambda j: ((np.arange(count) % 7) + j).astype(dt)
+            want = sum(x(j) for j in range(n))
+            got_ps = ps.allreduce(x(r))
+            got_tree = tree.allreduce(x(r))
+            out[(count, np.dtype(dt).name)] = (bool((got_ps == want).all()), bool((got_tree == want).all()))
+    stop_servers(world, range(n, size))
+    return out
+'''
+
+
+@pytest.mark.parametrize("np_", [3, 5])
+def test_parameter_server_and_tree_match_numpy(np_):
+    results = run(np_, BASELINES, init=False, timeout=240)
+    for r, res in enumerate(results[:np_ - 2]):
+        assert res and all(a and b for a, b in res.values()), (r, res)
