@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "../collectives/hierarchical_allreduce.h"
+#include "../collectives/hierarchical_pipeline.h"
 #include "../collectives/path_tuner.h"
 #include "../collectives/ring_allreduce.h"
 #include "../collectives/shm_allreduce.h"
@@ -13,6 +14,7 @@
 #include "../common/env.h"
 #include "../common/logging.h"
 #include "../transport/shm_window.h"
+#include "../transport/tcp_transport.h"
 #include "../transport/world.h"
 
 namespace hvdl {
@@ -111,14 +113,21 @@ class HierarchicalAllreduce : public AllreduceAlgorithm {
     bool stream = tuned ? small_stream_ : opts_.fixed_stream(bytes);
     if (timed) small_stream_ = stream = stream_.choose(bytes) == 1;
     const auto t0 = std::chrono::steady_clock::now();
-    hierarchical_allreduce(local_.get(), *cross_, red, in, out, count, dt, op, prescale, postscale,
-                           scratch_, stream, ring);
+    if (local_ && HierarchicalPipeline::chunks_for(bytes) > 1) {
+      if (!pipeline_) pipeline_ = std::make_unique<HierarchicalPipeline>(*local_, *cross_);
+      PhaseScope p(ring.phases, "HIERARCHICAL_PIPELINE");
+      pipeline_->run(red, in, out, count, dt, op, prescale, postscale, stream, ring);
+    } else {
+      hierarchical_allreduce(local_.get(), *cross_, red, in, out, count, dt, op, prescale,
+                             postscale, scratch_, stream, ring);
+    }
     if (timed) stream_.record(stream, bytes, seconds_since(t0));
   }
 
  private:
   std::unique_ptr<ShmCollectives> local_;  // null when this rank is alone on its host
   std::unique_ptr<Transport> cross_;
+  std::unique_ptr<HierarchicalPipeline> pipeline_;  // after local_, cross_: stopped before them
   HostBuffer scratch_;
   ShmOptions opts_;
   PathTuner stream_{2};  // [ordinary, non-temporal] stores in the local passes
@@ -137,7 +146,12 @@ std::string choose(const Topology& topo) {
   if (hier == "0") why_not = "HOROVODLITE_HIERARCHICAL_ALLREDUCE=0";
   else if (!shm) why_not = "HOROVODLITE_SHM=0";
   else if (!topo.homogeneous) why_not = "hosts run different numbers of ranks";
-  else if (topo.local_size == 1) why_not = "one rank per host";
+  // Several hosts: the hierarchical path. With L ranks per host its L rings across
+  // hosts move S/H per host link per step in 2(H-1) steps; the flat ring moves S/(HL)
+  // per step in 2(HL-1) steps, L times slower on the link (horovodlite/sim.py). With
+  // one rank per host both are the same ring, and the hierarchical one runs it over
+  // direct TCP connections (tcp_transport.h), which keep the link busy where MPI's
+  // TCP path idles while a rank sleeps.
   if (!why_not) return "hierarchical";
   if (hier == "1") {
     HVDL_LOG(WARNING) << "hierarchical allreduce not used: " << why_not;
@@ -182,6 +196,12 @@ std::unique_ptr<AllreduceAlgorithm> make_allreduce_algorithm(Transport& set,
   } catch (const std::logic_error& e) {  // before any communication: the same on all ranks
     HVDL_LOG(WARNING) << "hierarchical allreduce not used: " << e.what();
     return nullptr;
+  }
+  // Every rank reads the same setting (it is forwarded by the launcher), so all of
+  // them take part in the setup or none does.
+  if (cross_t->size() > 1 && env_str("TCP_TRANSPORT", "1") != "0") {
+    // Pretend hosts (tests) all live on this machine: loopback then, no other address.
+    if (auto tcp = make_tcp_transport(cross_t, env_is_set("HOSTNAME_OVERRIDE"))) cross_t = std::move(tcp);
   }
   std::unique_ptr<ShmCollectives> local;
   bool ok = true;

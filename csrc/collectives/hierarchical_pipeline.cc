@@ -1,0 +1,108 @@
+#include "hierarchical_pipeline.h"
+
+#include <algorithm>
+
+#include "partition.h"
+
+namespace hvdl {
+
+HierarchicalPipeline::HierarchicalPipeline(ShmCollectives& local, Transport& cross)
+    : local_(local), cross_(cross) {
+  thread_ = std::thread([this] { helper(); });
+}
+
+HierarchicalPipeline::~HierarchicalPipeline() {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+int HierarchicalPipeline::chunks_for(size_t bytes) {
+  return static_cast<int>(std::max<size_t>(1, std::min<size_t>(kMaxChunks, bytes / kMinChunk)));
+}
+
+void HierarchicalPipeline::helper() {
+  std::unique_lock<std::mutex> lk(mu_);
+  for (;;) {
+    cv_.wait(lk, [&] { return stop_ || done_ < given_; });
+    if (stop_) return;
+    const int i = done_;
+    lk.unlock();
+    try {
+      if (!error_) {
+        const int nl = local_.size(), lr = local_.rank();
+        const size_t es = dtype_size(dt_);
+        const size_t cnt = chunk_cnt_[i];
+        char* block = out_ + (chunk_off_[i] + block_offset(cnt, nl, lr)) * es;
+        ring_allreduce(cross_, *red_, block, block_count(cnt, nl, lr), dt_, op_, postscale_,
+                       scratch_, ring_);
+      }
+    } catch (...) {
+      lk.lock();
+      error_ = std::current_exception();
+      lk.unlock();
+    }
+    lk.lock();
+    ++done_;
+    cv_.notify_all();
+  }
+}
+
+void HierarchicalPipeline::run(const Reducer& red, const void* in, void* out, size_t count,
+                               DataType dt, ReduceOp op, double prescale, double postscale,
+                               bool stream, const RingOptions& ring) {
+  const size_t es = dtype_size(dt);
+  const int k = chunks_for(count * es);
+  const char* src = static_cast<const char*>(in);
+  char* dst = static_cast<char*>(out);
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    red_ = &red, out_ = dst, dt_ = dt, op_ = op, postscale_ = postscale, ring_ = ring;
+    ring_.phases = nullptr;  // the timeline's phases are the caller thread's
+    chunk_off_.clear(), chunk_cnt_.clear();
+    for (int i = 0; i < k; ++i) {
+      chunk_off_.push_back(block_offset(count, k, i));
+      chunk_cnt_.push_back(block_count(count, k, i));
+    }
+    given_ = done_ = 0;
+    error_ = nullptr;
+  }
+  auto give = [&](int i) {
+    std::lock_guard<std::mutex> g(mu_);
+    given_ = i + 1;
+    cv_.notify_all();
+  };
+  auto wait_done = [&](int i) {
+    std::unique_lock<std::mutex> lk(mu_);
+    cv_.wait(lk, [&] { return done_ > i; });
+  };
+  auto rs = [&](int i) {
+    const size_t off = chunk_off_[i] * es;
+    local_.reduce_scatter(red, src + off, dst + off, chunk_cnt_[i], dt, op, prescale, 1.0, stream);
+  };
+  auto ag = [&](int i) { local_.allgather(dst + chunk_off_[i] * es, chunk_cnt_[i], dt, stream); };
+  // The order of shared-memory calls is the same on every rank of the host. After a
+  // failure across hosts the local stages still run to the end (garbage in, but every
+  // local rank completes the same calls), then the error is raised.
+  rs(0);
+  give(0);
+  for (int i = 1; i < k; ++i) {
+    rs(i);
+    give(i);
+    wait_done(i - 1);
+    ag(i - 1);
+  }
+  wait_done(k - 1);
+  ag(k - 1);
+  std::exception_ptr e;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    e = error_;
+  }
+  if (e) std::rethrow_exception(e);
+}
+
+}  // namespace hvdl

@@ -1,0 +1,468 @@
+// TCP data plane (tcp_transport.h). Wire format: every message is an 8-byte length
+// then its bytes, so a receive that expects another size fails with both sizes named
+// instead of mixing two messages. Messages to one peer go out in the order posted and
+// are matched in the order the receives are posted, as MPI matches one tag.
+#include "tcp_transport.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <deque>
+#include <random>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "../common/env.h"
+#include "../common/logging.h"
+
+namespace hvdl {
+namespace {
+
+constexpr uint64_t kMagic = 0x68766c7463703031ull;  // "hvltcp01"
+constexpr int kConnectTimeoutMs = 5000;
+constexpr int kSetupTimeoutMs = 60000;
+
+std::string errno_text(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
+
+struct Net {
+  uint32_t addr = 0, mask = 0;  // host order
+  std::string iface;            // or an interface name
+};
+
+// "10.0.0.0/24,eth1" -> networks and interface names.
+std::vector<Net> parse_include(const std::string& spec) {
+  std::vector<Net> out;
+  std::stringstream ss(spec);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    item.erase(0, item.find_first_not_of(' '));
+    item.erase(item.find_last_not_of(' ') + 1);
+    if (item.empty()) continue;
+    Net n;
+    auto slash = item.find('/');
+    in_addr a{};
+    if (inet_pton(AF_INET, item.substr(0, slash).c_str(), &a) == 1) {
+      int bits = slash == std::string::npos ? 32 : std::atoi(item.c_str() + slash + 1);
+      bits = std::max(0, std::min(32, bits));
+      n.mask = bits == 0 ? 0 : ~uint32_t(0) << (32 - bits);
+      n.addr = ntohl(a.s_addr) & n.mask;
+    } else {
+      n.iface = item;
+    }
+    out.push_back(n);
+  }
+  return out;
+}
+
+// This host's IPv4 addresses that the include list allows (all non-loopback ones
+// when it is empty), in interface order.
+std::vector<std::string> local_addresses(const std::vector<Net>& include) {
+  std::vector<std::string> out;
+  ifaddrs* ifs = nullptr;
+  if (getifaddrs(&ifs) != 0) return out;
+  for (ifaddrs* i = ifs; i; i = i->ifa_next) {
+    if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET || !(i->ifa_flags & IFF_UP)) continue;
+    if (include.empty() && (i->ifa_flags & IFF_LOOPBACK)) continue;
+    uint32_t a = ntohl(reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr.s_addr);
+    bool ok = include.empty();
+    for (const Net& n : include)
+      ok = ok || (n.iface.empty() ? (a & n.mask) == n.addr : n.iface == i->ifa_name);
+    if (!ok) continue;
+    char buf[INET_ADDRSTRLEN];
+    inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr, buf, sizeof buf);
+    if (std::find(out.begin(), out.end(), buf) == out.end()) out.push_back(buf);
+  }
+  freeifaddrs(ifs);
+  return out;
+}
+
+bool io_all(int fd, void* p, size_t n, bool write_it, int timeout_ms) {
+  char* c = static_cast<char*>(p);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (n) {
+    ssize_t k = write_it ? ::send(fd, c, n, MSG_NOSIGNAL | MSG_DONTWAIT) : ::recv(fd, c, n, MSG_DONTWAIT);
+    if (k > 0) {
+      c += k, n -= static_cast<size_t>(k);
+      continue;
+    }
+    if (k == 0 && !write_it) return false;
+    if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return false;
+    int left = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                    deadline - std::chrono::steady_clock::now()).count());
+    if (left <= 0) return false;
+    pollfd pfd{fd, static_cast<short>(write_it ? POLLOUT : POLLIN), 0};
+    ::poll(&pfd, 1, left);
+  }
+  return true;
+}
+
+struct Hello {
+  uint64_t magic, token;
+  uint32_t rank, pad;
+};
+
+void set_nonblocking(int fd) { fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK); }
+
+// Connects to addr:port within the timeout and greets; -1 when that peer is not ours.
+int connect_to(const std::string& addr, int port, uint64_t token, int me, int them) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  set_nonblocking(fd);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(static_cast<uint16_t>(port));
+  inet_pton(AF_INET, addr.c_str(), &sa.sin_addr);
+  int rc = ::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa);
+  if (rc != 0 && errno == EINPROGRESS) {
+    pollfd pfd{fd, POLLOUT, 0};
+    int err = 0;
+    socklen_t len = sizeof err;
+    if (::poll(&pfd, 1, kConnectTimeoutMs) == 1 &&
+        getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0)
+      rc = 0;
+  }
+  Hello h{kMagic, token, static_cast<uint32_t>(me), 0}, r{};
+  if (rc != 0 || !io_all(fd, &h, sizeof h, true, kSetupTimeoutMs) ||
+      !io_all(fd, &r, sizeof r, false, kSetupTimeoutMs) || r.magic != kMagic || r.token != token ||
+      static_cast<int>(r.rank) != them) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+class TcpTransport : public Transport {
+ public:
+  TcpTransport(std::unique_ptr<Transport> base, std::vector<int> fds)
+      : base_(std::move(base)), peers_(fds.size()) {
+    for (size_t i = 0; i < fds.size(); ++i) peers_[i].fd = fds[i];
+    timeout_s_ = env_double("TCP_TIMEOUT_SECONDS", 600);
+  }
+
+  ~TcpTransport() override {
+    try {
+      wait_all();
+    } catch (const std::exception& e) {
+      HVDL_LOG(WARNING) << "tcp transport: " << e.what();
+    }
+    for (Peer& p : peers_)
+      if (p.fd >= 0) ::close(p.fd);
+  }
+
+  int rank() const override { return base_->rank(); }
+  int size() const override { return base_->size(); }
+
+  Op isend(int peer, const void* buf, size_t bytes) override {
+    Op id = add(peer, true, const_cast<void*>(buf), bytes);
+    progress_peer(peer);  // start at once: the socket buffer takes the first bytes
+    return id;
+  }
+
+  Op irecv(int peer, void* buf, size_t bytes) override { return add(peer, false, buf, bytes); }
+
+  void wait(Op op) override {
+    while (!ops_.at(op).done) step();
+  }
+
+  void wait_all() override {
+    while (pending_ > 0) step();
+    ops_.clear();
+  }
+
+  void allreduce_and(uint64_t* words, size_t n) override { base_->allreduce_and(words, n); }
+  std::vector<std::string> gather(const std::string& mine, int root) override {
+    return base_->gather(mine, root);
+  }
+  void broadcast(std::string& bytes, int root) override { base_->broadcast(bytes, root); }
+  void barrier() override { base_->barrier(); }
+  std::unique_ptr<Transport> split(int color, int key) override { return base_->split(color, key); }
+  void ring(uint64_t round) override { base_->ring(round); }
+  uint64_t poll_ring() override { return base_->poll_ring(); }
+
+ private:
+  struct OpState {
+    int peer;
+    bool send;
+    char* buf;
+    size_t bytes, moved = 0;
+    bool done = false;
+  };
+  struct Peer {
+    int fd = -1;
+    std::deque<Op> sends, recvs;  // not yet complete, in order
+    uint64_t out_hdr = 0, in_hdr = 0;
+    size_t out_hdr_moved = 0, in_hdr_moved = 0;
+  };
+
+  Op add(int peer, bool send, void* buf, size_t bytes) {
+    if (peer < 0 || peer >= size() || peer == rank())
+      throw std::invalid_argument("tcp transport: bad peer " + std::to_string(peer));
+    ops_.push_back(OpState{peer, send, static_cast<char*>(buf), bytes});
+    Op id = static_cast<Op>(ops_.size() - 1);
+    (send ? peers_[peer].sends : peers_[peer].recvs).push_back(id);
+    ++pending_;
+    return id;
+  }
+
+  [[noreturn]] void fail(int peer, const std::string& what) {
+    throw std::runtime_error("tcp transport: rank " + std::to_string(rank()) + " <-> rank " +
+                             std::to_string(peer) + " of its cross-host group: " + what);
+  }
+
+  void finish(Peer& p, std::deque<Op>& q) {
+    ops_[q.front()].done = true;
+    q.pop_front();
+    --pending_;
+    (void)p;
+  }
+
+  // Moves what the sockets of `peer` take or hold now, without blocking; true if any
+  // byte moved.
+  bool progress_peer(int peer) {
+    Peer& p = peers_[peer];
+    bool moved = false;
+    while (!p.sends.empty()) {
+      OpState& o = ops_[p.sends.front()];
+      if (o.moved == 0 && p.out_hdr_moved == 0) p.out_hdr = o.bytes;
+      iovec iov[2];
+      int n = 0;
+      if (p.out_hdr_moved < 8)
+        iov[n++] = {reinterpret_cast<char*>(&p.out_hdr) + p.out_hdr_moved, 8 - p.out_hdr_moved};
+      if (o.moved < o.bytes) iov[n++] = {o.buf + o.moved, std::min<size_t>(o.bytes - o.moved, 1u << 30)};
+      msghdr m{};
+      m.msg_iov = iov;
+      m.msg_iovlen = n;
+      ssize_t k = n ? ::sendmsg(p.fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT) : 0;
+      if (k < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+        if (errno == EINTR) continue;
+        fail(peer, errno_text("send"));
+      }
+      moved = moved || k > 0;
+      size_t h = std::min<size_t>(static_cast<size_t>(k), 8 - p.out_hdr_moved);
+      p.out_hdr_moved += h;
+      o.moved += static_cast<size_t>(k) - h;
+      if (p.out_hdr_moved == 8 && o.moved == o.bytes) {
+        p.out_hdr_moved = 0;
+        finish(p, p.sends);
+      }
+    }
+    while (!p.recvs.empty()) {
+      OpState& o = ops_[p.recvs.front()];
+      ssize_t k;
+      if (p.in_hdr_moved < 8) {
+        k = ::recv(p.fd, reinterpret_cast<char*>(&p.in_hdr) + p.in_hdr_moved, 8 - p.in_hdr_moved,
+                   MSG_DONTWAIT);
+      } else if (o.moved < o.bytes) {
+        k = ::recv(p.fd, o.buf + o.moved, std::min<size_t>(o.bytes - o.moved, 1u << 30), MSG_DONTWAIT);
+      } else {
+        k = 0;
+      }
+      if (k < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+        if (errno == EINTR) continue;
+        fail(peer, errno_text("recv"));
+      }
+      if (k == 0 && (p.in_hdr_moved < 8 || o.moved < o.bytes))
+        fail(peer, "the peer closed the connection (it failed or shut down)");
+      moved = moved || k > 0;
+      if (p.in_hdr_moved < 8) {
+        p.in_hdr_moved += static_cast<size_t>(k);
+        if (p.in_hdr_moved == 8 && p.in_hdr != o.bytes)
+          fail(peer, "it sent a message of " + std::to_string(p.in_hdr) + " bytes where " +
+                         std::to_string(o.bytes) + " were expected");
+      } else {
+        o.moved += static_cast<size_t>(k);
+      }
+      if (p.in_hdr_moved == 8 && o.moved == o.bytes) {
+        p.in_hdr_moved = 0;
+        finish(p, p.recvs);
+      }
+    }
+    return moved;
+  }
+
+  // Progress on every peer; when nothing moved, sleep in poll() until a socket is ready.
+  void step() {
+    bool moved = false;
+    for (int i = 0; i < static_cast<int>(peers_.size()); ++i)
+      if (!peers_[i].sends.empty() || !peers_[i].recvs.empty()) moved = progress_peer(i) || moved;
+    if (moved || pending_ == 0) {
+      idle_since_ = std::chrono::steady_clock::now();
+      return;
+    }
+    fds_.clear();
+    who_.clear();
+    for (int i = 0; i < static_cast<int>(peers_.size()); ++i) {
+      Peer& p = peers_[i];
+      short ev = (p.sends.empty() ? 0 : POLLOUT) | (p.recvs.empty() ? 0 : POLLIN);
+      if (ev) fds_.push_back({p.fd, ev, 0}), who_.push_back(i);
+    }
+    int rc = ::poll(fds_.data(), fds_.size(), 1000);
+    if (rc < 0 && errno != EINTR) throw std::runtime_error(errno_text("tcp transport: poll"));
+    for (size_t i = 0; rc > 0 && i < fds_.size(); ++i)
+      if (fds_[i].revents & (POLLERR | POLLNVAL)) fail(who_[i], "connection error");
+    if (rc == 0) {
+      double idle = std::chrono::duration<double>(std::chrono::steady_clock::now() - idle_since_).count();
+      if (idle > timeout_s_)
+        fail(who_.empty() ? -1 : who_[0],
+             "nothing moved for " + std::to_string(static_cast<int>(idle)) +
+                 " s (HOROVODLITE_TCP_TIMEOUT_SECONDS)");
+    }
+  }
+
+  std::unique_ptr<Transport> base_;
+  std::vector<Peer> peers_;
+  std::vector<OpState> ops_;
+  size_t pending_ = 0;
+  std::vector<pollfd> fds_;
+  std::vector<int> who_;
+  double timeout_s_ = 600;
+  std::chrono::steady_clock::time_point idle_since_ = std::chrono::steady_clock::now();
+};
+
+// addresses "a,b" and port of every rank, as published.
+struct Card {
+  std::vector<std::string> addrs;
+  int port = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Transport> make_tcp_transport(std::unique_ptr<Transport>& base, bool one_machine) {
+  Transport& t = *base;
+  const int n = t.size(), me = t.rank();
+  std::string why;
+  std::vector<std::string> mine;
+  if (one_machine) {
+    mine = {"127.0.0.1"};
+  } else {
+    std::string inc = env_str("TCP_IF_INCLUDE");
+    if (inc.empty()) {
+      const char* o = std::getenv("OMPI_MCA_btl_tcp_if_include");
+      if (o) inc = o;
+    }
+    mine = local_addresses(parse_include(inc));
+    if (mine.empty()) why = "no IPv4 address matches '" + inc + "'";
+  }
+  // Listen on exactly the addresses offered (never on any other of this host).
+  std::vector<int> listeners;
+  int port = 0;
+  for (const std::string& a : mine) {
+    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons(static_cast<uint16_t>(port));
+    inet_pton(AF_INET, a.c_str(), &sa.sin_addr);
+    if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0 || ::listen(fd, 256) != 0) {
+      if (fd >= 0) ::close(fd);
+      if (port == 0) continue;  // the first that works fixes the port; others may not get it
+      continue;
+    }
+    if (port == 0) {
+      socklen_t len = sizeof sa;
+      getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len);
+      port = ntohs(sa.sin_port);
+    }
+    set_nonblocking(fd);
+    listeners.push_back(fd);
+  }
+  if (listeners.empty() && why.empty()) why = "could not listen on " + (mine.empty() ? "" : mine[0]);
+  std::string card;
+  for (size_t i = 0; i < mine.size(); ++i) card += (i ? "," : "") + mine[i];
+  card += " " + std::to_string(listeners.empty() ? 0 : port);
+  // Everyone learns everyone's card; rank 0 adds a token that tells this group's
+  // connections from any other's.
+  auto all = t.gather(card, 0);
+  std::string table;
+  if (me == 0) {
+    std::random_device rd;
+    table = std::to_string((uint64_t(rd()) << 32) ^ rd());
+    for (auto& c : all) table += "\n" + c;
+  }
+  t.broadcast(table, 0);
+  std::istringstream is(table);
+  uint64_t token = 0;
+  is >> token;
+  std::vector<Card> cards(n);
+  for (int i = 0; i < n; ++i) {
+    std::string addrs;
+    is >> addrs >> cards[i].port;
+    std::stringstream ss(addrs);
+    std::string a;
+    while (std::getline(ss, a, ',')) cards[i].addrs.push_back(a);
+  }
+  std::vector<int> fds(n, -1);
+  bool ok = why.empty();
+  for (int i = 0; i < n; ++i) ok = ok && cards[i].port > 0;
+  // Lower ranks never wait for higher ones before accepting, so this cannot deadlock:
+  // connect to every lower rank (its listener queues us), then accept the higher ones.
+  for (int j = 0; ok && j < me; ++j) {
+    for (const std::string& a : cards[j].addrs)
+      if ((fds[j] = connect_to(a, cards[j].port, token, me, j)) >= 0) break;
+    if (fds[j] < 0) {
+      ok = false;
+      why = "cannot reach rank " + std::to_string(j) + " at " + (cards[j].addrs.empty() ? "?" : cards[j].addrs[0]) +
+            ":" + std::to_string(cards[j].port);
+    }
+  }
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kSetupTimeoutMs);
+  int expected = ok ? n - 1 - me : 0;
+  while (expected > 0) {
+    std::vector<pollfd> pf;
+    for (int fd : listeners) pf.push_back({fd, POLLIN, 0});
+    int left = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                    deadline - std::chrono::steady_clock::now()).count());
+    if (left <= 0 || ::poll(pf.data(), pf.size(), left) <= 0) {
+      ok = false;
+      why = "ranks above " + std::to_string(me) + " did not connect within the setup time";
+      break;
+    }
+    for (auto& p : pf) {
+      if (!(p.revents & POLLIN)) continue;
+      int fd = ::accept4(p.fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+      if (fd < 0) continue;
+      Hello h{}, r{kMagic, token, static_cast<uint32_t>(me), 0};
+      if (!io_all(fd, &h, sizeof h, false, kSetupTimeoutMs) || h.magic != kMagic || h.token != token ||
+          static_cast<int>(h.rank) <= me || static_cast<int>(h.rank) >= n || fds[h.rank] >= 0 ||
+          !io_all(fd, &r, sizeof r, true, kSetupTimeoutMs)) {
+        ::close(fd);  // not one of ours (another job, a stray connection)
+        continue;
+      }
+      fds[h.rank] = fd;
+      --expected;
+    }
+  }
+  for (int fd : listeners) ::close(fd);
+  uint64_t all_ok = ok ? 1 : 0;
+  t.allreduce_and(&all_ok, 1);
+  if (!all_ok) {
+    for (int fd : fds)
+      if (fd >= 0) ::close(fd);
+    if (!ok) HVDL_LOG(WARNING) << "cross-host data over MPI instead of direct TCP: " << why;
+    return nullptr;
+  }
+  for (int fd : fds) {
+    if (fd < 0) continue;
+    set_nonblocking(fd);
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  }
+  return std::make_unique<TcpTransport>(std::move(base), std::move(fds));
+}
+
+}  // namespace hvdl

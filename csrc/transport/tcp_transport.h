@@ -1,0 +1,27 @@
+// Bulk data between hosts over direct TCP connections, one per pair of ranks, with the
+// control plane (negotiation, barriers, wake-ups, splits) left to the transport it wraps.
+//
+// Why not MPI's TCP path: OpenMPI moves a TCP message only while some rank thread is
+// inside an MPI call, and our waits sleep between tests to leave the cores to the
+// peers. On a loaded machine a rank sleeps through whole milliseconds, and a 1 Gbit/s
+// link runs dry meanwhile (measured on the simulated cluster: one 32 MiB message each
+// way took 558 ms with a 1 ms test interval against 280 ms when spinning). Here the
+// kernel moves the bytes: a wait blocks in poll() until a socket is ready, writes what
+// the socket takes and reads what arrived, for every peer at once, so both directions
+// of every link stay busy while the rank sleeps, and no core spins.
+#pragma once
+#include <memory>
+
+#include "transport.h"
+
+namespace hvdl {
+
+// Collective over `base`. Returns a transport of the same ranks whose isend/irecv use
+// TCP and whose other calls go to `base`; or nullptr on every rank alike (with `base`
+// untouched; the caller keeps it) when no connection could be made between some pair.
+// Addresses: HOROVODLITE_TCP_IF_INCLUDE, else OpenMPI's btl_tcp_if_include (CIDR
+// networks or interface names, comma separated), else every non-loopback IPv4 address
+// of this host; loopback when all ranks run on one machine (pretend hosts in tests).
+std::unique_ptr<Transport> make_tcp_transport(std::unique_ptr<Transport>& base, bool one_machine);
+
+}  // namespace hvdl
