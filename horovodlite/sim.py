@@ -21,7 +21,8 @@ links, like real ones, count Ethernet, IP and TCP headers against the rate.
 
 Algorithms (ALGORITHMS): "ring" (flat ring over all ranks, horovodlite's and the
 textbook one), "hierarchical" (reduce-scatter in shared memory inside each host, L
-concurrent rings across hosts, allgather in shared memory), "tree" (binomial tree
+concurrent rings across hosts, allgather in shared memory; from 4 MiB pipelined in
+chunks as horovodlite runs it), "tree" (binomial tree
 reduce to rank 0, then broadcast, whole messages), "ps" (parameter server: P extra
 server ranks, each on a host of its own; every worker pushes 1/P of its buffer to
 each server, which sums as pushes arrive and sends the sum back)."""
@@ -118,29 +119,61 @@ def ring_steps(c, nbytes):
     return _ring_steps(c, list(range(c.n)), nbytes)
 
 
-def hierarchical_steps(c, nbytes):
+def _local_rs(c, nbytes):
+    """Reduce-scatter in shared memory: copy in, each rank sums its block of L."""
+    s = Step()
+    for r in range(c.n):
+        s.touch(r, 2 * nbytes + (c.local + 1) * nbytes / c.local)
+    return s
+
+
+def _local_ag(c, nbytes):
+    """Allgather in shared memory: write own block, read all blocks."""
+    s = Step()
+    for r in range(c.n):
+        s.touch(r, nbytes / c.local + 2 * nbytes)
+    return s
+
+
+def _cross_steps(c, nbytes):
+    """L rings across hosts at once, each over 1/L of the buffer: they share every link."""
     L, H = c.local, c.hosts
-    steps = []
-    if L > 1:  # reduce-scatter in shared memory: copy in, each rank sums its block of L
-        s = Step()
-        for r in range(c.n):
-            s.touch(r, 2 * nbytes + (L + 1) * nbytes / L)
-        steps.append(s)
-    # L rings across hosts at once, each over 1/L of the buffer: they share every link.
     cross = [Step() for _ in range(2 * (H - 1))]
     for i in range(L):
         for j, st in enumerate(_ring_steps(c, [h * L + i for h in range(H)], nbytes / L)):
             cross[j].flows += st.flows
             for r, b in st.memory.items():
-                st_b = cross[j].memory.get(r, 0)
-                cross[j].memory[r] = st_b + b
-    steps += cross
-    if L > 1:  # allgather in shared memory: write own block, read all blocks
-        s = Step()
-        for r in range(c.n):
-            s.touch(r, nbytes / L + 2 * nbytes)
-        steps.append(s)
-    return steps
+                cross[j].memory[r] = cross[j].memory.get(r, 0) + b
+    return cross
+
+
+# csrc/collectives/hierarchical_pipeline.h: chunks of at least 2 MiB, at most 16.
+PIPELINE_MIN_CHUNK, PIPELINE_MAX_CHUNKS = 2 << 20, 16
+
+
+def pipeline_chunks(nbytes):
+    return int(max(1, min(PIPELINE_MAX_CHUNKS, nbytes // PIPELINE_MIN_CHUNK)))
+
+
+def hierarchical_steps(c, nbytes):
+    """Unpipelined order: local reduce-scatter, cross-host rings, local allgather."""
+    if c.local == 1:
+        return _cross_steps(c, nbytes)
+    return [_local_rs(c, nbytes)] + _cross_steps(c, nbytes) + [_local_ag(c, nbytes)]
+
+
+def hierarchical_time(c, nbytes):
+    """With K > 1 chunks the stages overlap: chunk i crosses the hosts while chunk i+1 is
+    reduce-scattered (and i-1 allgathered) in memory, so the call takes the first
+    chunk's local stage, then K times the slower of one chunk's cross-host rings and
+    its local stages, then the last chunk's allgather."""
+    k = pipeline_chunks(nbytes) if c.local > 1 else 1
+    if k == 1:
+        return sum(step_time(c, s) for s in hierarchical_steps(c, nbytes))
+    chunk = nbytes / k
+    rs, ag = step_time(c, _local_rs(c, chunk)), step_time(c, _local_ag(c, chunk))
+    cross = sum(step_time(c, s) for s in _cross_steps(c, chunk))
+    return rs + k * max(cross, rs + ag) + ag
 
 
 def tree_steps(c, nbytes):
@@ -186,6 +219,8 @@ def predict(algorithm, cluster, nbytes):
     """Predicted seconds for one allreduce of `nbytes` bytes."""
     if algorithm not in STEPS:
         raise ValueError(f"unknown algorithm {algorithm!r}; one of {', '.join(ALGORITHMS)}")
+    if algorithm == "hierarchical":
+        return hierarchical_time(cluster, nbytes)
     return sum(step_time(cluster, s) for s in STEPS[algorithm](cluster, nbytes))
 
 
