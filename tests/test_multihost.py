@@ -126,6 +126,27 @@ def test_allreduce_paths(job):
         assert res["info"]["hierarchical"] == "hierarchical"
 
 
+FALLBACK = r'''
+def main(hvd):
+    from horovodlite._loader import _core
+    n, r = hvd.size(), hvd.rank()
+    x = np.arange(300_001, dtype=np.float64) * (r + 1)
+    got = hvd.allreduce(x, op=hvd.Sum, name="fb")
+    return _core.allreduce_algorithm(0), bool((got == np.arange(300_001) * (n * (n + 1) / 2)).all())
+'''
+
+
+def test_no_usable_address_falls_back_to_mpi(local_cluster):
+    """Where no address matches HOROVODLITE_TCP_IF_INCLUDE, every rank says so and the
+    cross-host ring runs over MPI instead, with the same results."""
+    with local_cluster(2, 1) as c:
+        MADE.update(c.names, [c.bridge])
+        results, out = run(2, FALLBACK, timeout=300, cluster=c, return_output=True,
+                           env={"HOROVODLITE_TCP_IF_INCLUDE": "192.168.254.0/24"})
+    assert results == [("hierarchical", True)] * 2
+    assert "cross-host data over MPI instead of direct TCP: no IPv4 address matches" in out
+
+
 def test_nothing_left_behind(local_cluster):
     """Runs after the jobs (pytest keeps file order): none of their clusters remains."""
     from horovodlite.run.local_cluster import leftovers
