@@ -99,8 +99,8 @@ class ShmAllreduce : public AllreduceAlgorithm {
 class HierarchicalAllreduce : public AllreduceAlgorithm {
  public:
   HierarchicalAllreduce(std::unique_ptr<ShmCollectives> local, std::unique_ptr<Transport> cross,
-                        const ShmOptions& o)
-      : local_(std::move(local)), cross_(std::move(cross)), opts_(o) {}
+                        const ShmOptions& o, bool cross_is_tcp)
+      : local_(std::move(local)), cross_(std::move(cross)), opts_(o), cross_is_tcp_(cross_is_tcp) {}
   const char* name() const override { return "hierarchical"; }
   const char* phase() const override { return "HIERARCHICAL_ALLREDUCE"; }
   void run(const Reducer& red, const void* in, void* out, size_t count, DataType dt, ReduceOp op,
@@ -113,13 +113,20 @@ class HierarchicalAllreduce : public AllreduceAlgorithm {
     bool stream = tuned ? small_stream_ : opts_.fixed_stream(bytes);
     if (timed) small_stream_ = stream = stream_.choose(bytes) == 1;
     const auto t0 = std::chrono::steady_clock::now();
+    // Over direct TCP the cross-host ring takes segments of at least 4 MiB: two in
+    // flight then hold ~64 ms of a 1 Gbit/s link, so a rank that misses its turn on
+    // the cores for a while does not leave the link idle.
+    RingOptions cross_ring = ring;
+    if (cross_is_tcp_)
+      cross_ring.segment_bytes = std::max<size_t>(
+          ring.segment_bytes ? ring.segment_bytes : ring_segment_bytes(), size_t(4) << 20);
     if (local_ && HierarchicalPipeline::chunks_for(bytes) > 1) {
       if (!pipeline_) pipeline_ = std::make_unique<HierarchicalPipeline>(*local_, *cross_);
       PhaseScope p(ring.phases, "HIERARCHICAL_PIPELINE");
-      pipeline_->run(red, in, out, count, dt, op, prescale, postscale, stream, ring);
+      pipeline_->run(red, in, out, count, dt, op, prescale, postscale, stream, cross_ring);
     } else {
       hierarchical_allreduce(local_.get(), *cross_, red, in, out, count, dt, op, prescale,
-                             postscale, scratch_, stream, ring);
+                             postscale, scratch_, stream, cross_ring);
     }
     if (timed) stream_.record(stream, bytes, seconds_since(t0));
   }
@@ -132,6 +139,7 @@ class HierarchicalAllreduce : public AllreduceAlgorithm {
   ShmOptions opts_;
   PathTuner stream_{2};  // [ordinary, non-temporal] stores in the local passes
   bool small_stream_ = false;
+  bool cross_is_tcp_ = false;
 };
 
 // Rank 0's decision, so that ranks with different environments still agree.
@@ -199,9 +207,13 @@ std::unique_ptr<AllreduceAlgorithm> make_allreduce_algorithm(Transport& set,
   }
   // Every rank reads the same setting (it is forwarded by the launcher), so all of
   // them take part in the setup or none does.
+  bool cross_is_tcp = false;
   if (cross_t->size() > 1 && env_str("TCP_TRANSPORT", "1") != "0") {
     // Pretend hosts (tests) all live on this machine: loopback then, no other address.
-    if (auto tcp = make_tcp_transport(cross_t, env_is_set("HOSTNAME_OVERRIDE"))) cross_t = std::move(tcp);
+    if (auto tcp = make_tcp_transport(cross_t, env_is_set("HOSTNAME_OVERRIDE"))) {
+      cross_t = std::move(tcp);
+      cross_is_tcp = true;
+    }
   }
   std::unique_ptr<ShmCollectives> local;
   bool ok = true;
@@ -216,7 +228,8 @@ std::unique_ptr<AllreduceAlgorithm> make_allreduce_algorithm(Transport& set,
   if (!all) return nullptr;
   HVDL_LOG(DEBUG) << "allreduce: hierarchical, " << topo.hosts << " hosts x " << topo.local_size
                   << " ranks";
-  return std::make_unique<HierarchicalAllreduce>(std::move(local), std::move(cross_t), opts);
+  return std::make_unique<HierarchicalAllreduce>(std::move(local), std::move(cross_t), opts,
+                                                 cross_is_tcp);
 }
 
 }  // namespace hvdl
