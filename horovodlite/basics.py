@@ -6,15 +6,16 @@ from ._loader import _core
 
 HorovodInternalError = _core.HorovodInternalError
 
-# Reduce ops: values are the core's ReduceOp enum.
-Average = 0
-Sum = 1
-Adasum = 2
-Min = 3
-Max = 4
-Product = 5
+# Reduce ops: the core's ReduceOp codes, read from the binding.
+_OP_CODES = _core.REDUCE_OP_CODES
+Average = _OP_CODES["Average"]
+Sum = _OP_CODES["Sum"]
+Adasum = _OP_CODES["Adasum"]
+Min = _OP_CODES["Min"]
+Max = _OP_CODES["Max"]
+Product = _OP_CODES["Product"]
 
-_OP_NAMES = {Average: "Average", Sum: "Sum", Adasum: "Adasum", Min: "Min", Max: "Max", Product: "Product"}
+_OP_NAMES = {code: name for name, code in _OP_CODES.items()}
 
 _state = {"topology": None, "atexit": False}
 _lock = threading.Lock()

@@ -29,8 +29,9 @@ def auto_name(kind, name, process_set=None):
 _ENQUEUE_ARGS = ("op", "name", "input", "output", "dtype", "shape", "reduce_op", "prescale",
                  "postscale", "root", "device", "splits", "group", "group_size", "process_set",
                  "error", "stream")
-_ENQUEUE_DEFAULTS = dict(reduce_op=1, prescale=1.0, postscale=1.0, root=-1, device=-1, splits=(),
-                         group="", group_size=0, process_set=0, error="", stream=None)
+_ENQUEUE_DEFAULTS = dict(reduce_op=_core.REDUCE_OP_CODES["Sum"], prescale=1.0, postscale=1.0,
+                         root=-1, device=-1, splits=(), group="", group_size=0, process_set=0,
+                         error="", stream=None)
 _in_order = operator.itemgetter(*_ENQUEUE_ARGS)
 _KNOWN = frozenset(_ENQUEUE_ARGS)
 

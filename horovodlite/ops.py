@@ -9,8 +9,10 @@ from .handles import auto_name, poll, submit, synchronize, track
 from .process_sets import _set_id, global_process_set
 from .shared_arrays import shared_empty
 
-# Core OpType codes.
-ALLREDUCE, ALLGATHER, BROADCAST, ALLTOALL, REDUCESCATTER, BARRIER, JOIN = range(7)
+# Core OpType codes, read from the binding.
+ALLREDUCE, ALLGATHER, BROADCAST, ALLTOALL, REDUCESCATTER, BARRIER, JOIN = (
+    _core.OP_TYPE_CODES[k] for k in ("allreduce", "allgather", "broadcast", "alltoall",
+                                     "reducescatter", "barrier", "join"))
 
 __all__ = [
     "allreduce", "allreduce_", "allreduce_async", "allreduce_async_",

@@ -22,8 +22,8 @@ from horovodlite._loader import _core
 
 ROOT = Path(__file__).resolve().parent.parent
 
-DTYPES = [np.uint8, np.int8, np.int32, np.int64, np.float16, ml_dtypes.bfloat16,
-          np.float32, np.float64]
+DTYPES = [np.uint8, np.int8, np.uint16, np.int16, np.int32, np.int64, np.float16,
+          ml_dtypes.bfloat16, np.float32, np.float64]
 DT_IDS = [np.dtype(d).name for d in DTYPES]
 OPS = {"sum": Sum, "average": Average, "min": Min, "max": Max, "product": Product}
 HALF = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))

@@ -47,6 +47,14 @@ def test_collectives_and_gradients(n):
         assert r[2] is True and r[4] is True
 
 
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_every_dtype_through_every_collective(n):
+    res = _run(n, "c.dtype_matrix()")
+    assert len(res[0]) > 200
+    for key in res[0]:
+        _same_on_all_ranks([r[key] for r in res], key)
+
+
 @pytest.mark.parametrize("n", [2, 3])
 def test_distributed_optimizer(n):
     res = _run(n, "(c.training_equivalence(), c.optimizer_misuse(), c.sync_batch_norm(), "
