@@ -94,7 +94,8 @@ def allreduce_cases():
 
 def allreduce_errors():
     r, n = hvd.rank(), hvd.size()
-    _expect_raises(TypeError, lambda: hvd.allreduce(torch.ones(2, dtype=torch.int16)), "int16")
+    _expect_raises(TypeError, lambda: hvd.allreduce(torch.ones(2, dtype=torch.uint32)),
+                   "uint32")
     _expect_raises(TypeError, lambda: hvd.allreduce(torch.ones(2, dtype=torch.complex64)),
                    "complex64")
     _expect_raises(TypeError, lambda: hvd.allreduce(torch.ones(2, dtype=torch.bool)), "bool")
@@ -123,15 +124,12 @@ def allreduce_autograd():
     x = torch.ones(3, dtype=torch.float64, requires_grad=True)
     (hvd.allreduce(x, op=hvd.Sum, prescale_factor=3.0, postscale_factor=0.5) * w).sum().backward()
     torch.testing.assert_close(x.grad, wsum * 1.5)
-    # Max: the rank holding the maximum gets the summed gradient
-    x = torch.tensor([float(r), float(-r)], dtype=torch.float64, requires_grad=True)
-    (hvd.allreduce(x, op=hvd.Max) * w[:2]).sum().backward()
-    expect = torch.zeros(2, dtype=torch.float64)
-    if r == n - 1:
-        expect[0] = wsum[0]
-    if r == 0:
-        expect[1] = wsum[1]
-    torch.testing.assert_close(x.grad, expect)
+    # Min/Max/Product: as in Horovod, the gradient is reduced with the same op
+    wall = [torch.tensor([1.0, -2.0, 0.5], dtype=torch.float64) * (q + 1) for q in range(n)]
+    for op, fn in ((hvd.Max, torch.amax), (hvd.Min, torch.amin), (hvd.Product, torch.prod)):
+        x = torch.tensor([float(r), float(-r), 1.0], dtype=torch.float64, requires_grad=True)
+        (hvd.allreduce(x, op=op) * w).sum().backward()
+        torch.testing.assert_close(x.grad, fn(torch.stack(wall), 0))
     # grouped, with compression on the way
     a = torch.ones(2, requires_grad=True)
     b = torch.ones(3, requires_grad=True)
@@ -144,6 +142,131 @@ def allreduce_autograd():
     assert c.grad.dtype == torch.float32
     torch.testing.assert_close(c.grad, torch.full((2,), float(n)))
     return True
+
+
+# ---------------------------------------------------------------------------- every dtype
+
+def _refs():
+    """tests/collective_refs.py's numpy references (data, reduce_ref, rows, same)."""
+    from collective_refs import REFS
+    ns = {"np": np, "hvd": hvd}
+    exec(REFS, ns)
+    return ns
+
+
+def _to_np(t):
+    """A tensor's exact bits as numpy (bfloat16 through ml_dtypes)."""
+    import ml_dtypes
+    t = t.detach().contiguous()
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    return t.numpy()
+
+
+def _from_np(a):
+    import ml_dtypes
+    a = np.array(a, order="C")  # a copy; keeps 0-d arrays 0-d
+    if a.dtype == np.dtype(ml_dtypes.bfloat16):
+        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(a)
+
+
+def dtype_matrix():
+    """Every dtype Horovod takes (and bfloat16) through every torch collective and its
+    grouped form, odd sizes, against numpy; results bitwise equal to the reference
+    (and so across ranks). Returns the results' bytes for the cross-rank check."""
+    R = _refs()
+    r, n = hvd.rank(), hvd.size()
+    seed = iter(range(1, 1_000_000))
+    out, bad = {}, []
+
+    def expect(case, got, want):
+        g = _to_np(got)
+        if not R["same"](g, want):
+            bad.append(f"rank {r}: {case}: got {g.dtype}{g.shape} {g.ravel()[:6]}, "
+                       f"want {want.dtype}{want.shape} {want.ravel()[:6]}")
+        out[case] = g
+
+    for dt in R["ALL_DTYPES"]:
+        name = np.dtype(dt).name
+        tdt = getattr(torch, name)
+        reducible = dt in R["REDUCIBLE"]
+        # allreduce, every op, and scale factors on Sum; a 0-d and an odd-length tensor
+        ops = [hvd.Sum, hvd.Average, hvd.Min, hvd.Max, hvd.Product] if reducible else []
+        for op in ops:
+            for shape in [(), (2 * n + 3,), (3, 5)]:
+                s = next(seed)
+                ins = [R["data"](dt, shape, s, q) for q in range(n)]
+                got = hvd.allreduce(_from_np(ins[r]), op=op, name=f"ar.{s}")
+                if got.dtype != tdt:
+                    bad.append(f"{name}: allreduce returned {got.dtype}")
+                expect(f"allreduce {name} op {op} {shape}", got, R["reduce_ref"](ins, op, n))
+        if reducible:
+            s = next(seed)
+            ins = [R["data"](dt, (7,), s, q) for q in range(n)]
+            got = hvd.allreduce(_from_np(ins[r]), op=hvd.Sum, prescale_factor=2.0,
+                                postscale_factor=0.5, name=f"ar.scaled.{s}")
+            expect(f"allreduce {name} scaled", got,
+                   R["reduce_ref"](ins, hvd.Sum, n, prescale=2.0, postscale=0.5))
+            xs = [_from_np(R["data"](dt, (q + 2,), s, r)) for q in range(2)]
+            for in_place in (False, True):
+                ys = (hvd.grouped_allreduce_ if in_place else hvd.grouped_allreduce)(
+                    xs if in_place else [x.clone() for x in xs], op=hvd.Max,
+                    name=f"gar.{s}.{in_place}")
+                for q, y in enumerate(ys):
+                    expect(f"grouped_allreduce{'_' * in_place} {name} {q}", y, R["reduce_ref"](
+                        [R["data"](dt, (q + 2,), s, k) for k in range(n)], hvd.Max, n))
+        # allgather (varied first dims, one rank with none), grouped allgather
+        s = next(seed)
+        ins = [R["data"](dt, (k % 3, 3), s, k) for k in range(n)]
+        expect(f"allgather {name}", hvd.allgather(_from_np(ins[r]), name=f"ag.{s}"),
+               np.concatenate(ins))
+        ys = hvd.grouped_allgather([_from_np(ins[r]), _from_np(ins[r][:1])], name=f"gag.{s}")
+        expect(f"grouped_allgather {name} 0", ys[0], np.concatenate(ins))
+        expect(f"grouped_allgather {name} 1", ys[1], np.concatenate([a[:1] for a in ins]))
+        # broadcast from every root, out of place and in place
+        for root in range(n):
+            s = next(seed)
+            mine = R["data"](dt, (5, 3), s, r)
+            want = R["data"](dt, (5, 3), s, root)
+            expect(f"broadcast {name} root {root}", hvd.broadcast(_from_np(mine), root), want)
+            t = _from_np(mine)
+            hvd.broadcast_(t, root)
+            expect(f"broadcast_ {name} root {root}", t, want)
+        # alltoall with uneven splits (some zero)
+        s = next(seed)
+        splits = [[(j + k) % 3 for k in range(n)] for j in range(n)]
+        ins = [R["data"](dt, (sum(splits[j]), 2), s, j) for j in range(n)]
+        y, recv = hvd.alltoall(_from_np(ins[r]), splits=torch.tensor(splits[r]))
+        expect(f"alltoall {name}", y, np.concatenate(
+            [ins[j][sum(splits[j][:r]):sum(splits[j][:r + 1])] for j in range(n)]))
+        if recv.tolist() != [splits[j][r] for j in range(n)]:
+            bad.append(f"alltoall {name}: received splits {recv.tolist()}")
+        # reducescatter and grouped reducescatter; dim 0 not divisible by n
+        if reducible:
+            for op in (hvd.Sum, hvd.Average, hvd.Min, hvd.Max, hvd.Product):
+                s = next(seed)
+                ins = [R["data"](dt, (2 * n + 1, 2), s, q) for q in range(n)]
+                off, cnt = R["rows"](2 * n + 1, n, r)
+                full = R["reduce_ref"](ins, op, n)
+                expect(f"reducescatter {name} op {op}",
+                       hvd.reducescatter(_from_np(ins[r]), op=op, name=f"rs.{s}"),
+                       full[off:off + cnt])
+            s = next(seed)
+            ins = [R["data"](dt, (n + 2,), s, q) for q in range(n)]
+            off, cnt = R["rows"](n + 2, n, r)
+            ys = hvd.grouped_reducescatter([_from_np(ins[r]), _from_np(ins[r])], op=hvd.Sum,
+                                           name=f"grs.{s}")
+            for y in ys:
+                expect(f"grouped_reducescatter {name}", y,
+                       R["reduce_ref"](ins, hvd.Sum, n)[off:off + cnt])
+        else:
+            _expect_raises(TypeError, lambda: hvd.allreduce(_from_np(R["data"](dt, (2,), 1, r))),
+                           name)
+    assert not bad, "\n".join(bad[:30])
+    # what every rank must hold bit for bit (alltoall and reducescatter differ by rank)
+    return {k: v for k, v in out.items() if not k.startswith(("alltoall", "reducescatter",
+                                                              "grouped_reducescatter"))}
 
 
 # ---------------------------------------------------------------------------- training
@@ -482,12 +605,72 @@ def gather_broadcast_autograd():
                          .reshape(-1, 2) + 1000 * j)[r * (j + 1):(r + 1) * (j + 1)]
                         for j in range(n)])
     torch.testing.assert_close(x.grad, expect)
-    # reducescatter: allgather of the gradient (/ size for Average)
-    for op, div in ((hvd.Sum, 1), (hvd.Average, n)):
-        x = torch.ones(2 * n, 2, dtype=torch.float64, requires_grad=True)
-        wr = [torch.full((2, 2), float(q + 1), dtype=torch.float64) for q in range(n)]
-        (hvd.reducescatter(x, op=op) * wr[r]).sum().backward()
-        torch.testing.assert_close(x.grad, torch.cat(wr) / div)
+    return horovod_gradients()
+
+
+def horovod_gradients():
+    """Horovod 0.28's gradient of every differentiable collective, as numbers: each rank
+    weighs its output by w_r = (r + 1) (per element where it matters) and the expected
+    .grad follows Horovod's definition of the backward pass."""
+    r, n = hvd.rank(), hvd.size()
+    f64 = torch.float64
+    wsum = sum(q + 1.0 for q in range(n))
+
+    def leaf(*shape):
+        return torch.ones(*shape, dtype=f64, requires_grad=True)
+
+    # reducescatter: allgather of the gradient, x size for Sum, x pre/postscale
+    # (Sum at 2 ranks, every rank weighing its rows by 1: 2.0; Average: 1.0)
+    wr = [torch.full((2, 2), float(q + 1), dtype=f64) for q in range(n)]
+    for op, pre, post, factor in ((hvd.Sum, 1.0, 1.0, n), (hvd.Average, 1.0, 1.0, 1),
+                                  (hvd.Sum, 0.5, 3.0, n * 1.5), (hvd.Average, 2.0, 0.25, 0.5)):
+        x = leaf(2 * n, 2)
+        (hvd.reducescatter(x, op=op, prescale_factor=pre, postscale_factor=post)
+         * wr[r]).sum().backward()
+        torch.testing.assert_close(x.grad, torch.cat(wr) * factor)
+        x = leaf(2 * n, 2)
+        hvd.reducescatter(x, op=op, prescale_factor=pre, postscale_factor=post).sum().backward()
+        torch.testing.assert_close(x.grad, torch.full((2 * n, 2), float(factor), dtype=f64))
+    # grouped_reducescatter: one grouped allgather of the gradients, same factors
+    a, b = leaf(2 * n, 2), leaf(n, 3)
+    ya, yb = hvd.grouped_reducescatter([a, b], op=hvd.Sum, postscale_factor=2.0)
+    ((ya * (r + 1)).sum() + (yb * 10 * (r + 1)).sum()).backward()
+    per_rank = torch.cat([torch.full((2, 2), q + 1.0, dtype=f64) for q in range(n)])
+    torch.testing.assert_close(a.grad, per_rank * n * 2.0)
+    per_rank = torch.cat([torch.full((1, 3), 10 * (q + 1.0), dtype=f64) for q in range(n)])
+    torch.testing.assert_close(b.grad, per_rank * n * 2.0)
+    # allreduce / grouped_allreduce: allreduce of the gradient, same op and factors
+    for op, pre, post in ((hvd.Sum, 1.0, 1.0), (hvd.Average, 1.0, 1.0), (hvd.Sum, 2.0, 0.5),
+                          (hvd.Average, 3.0, 2.0)):
+        want = wsum * pre * post / (n if op == hvd.Average else 1)
+        x = leaf(3)
+        (hvd.allreduce(x, op=op, prescale_factor=pre, postscale_factor=post)
+         * (r + 1)).sum().backward()
+        torch.testing.assert_close(x.grad, torch.full((3,), want, dtype=f64))
+        a, b = leaf(2), leaf(1, 2)
+        ya, yb = hvd.grouped_allreduce([a, b], op=op, prescale_factor=pre, postscale_factor=post)
+        ((ya + yb.sum()) * (r + 1)).sum().backward()
+        torch.testing.assert_close(a.grad, torch.full((2,), want, dtype=f64))
+        torch.testing.assert_close(b.grad, torch.full((1, 2), 2 * want, dtype=f64))
+    # allgather / grouped_allgather: the Average-allreduced gradient, this rank's rows
+    x = leaf(r + 1, 2)
+    (hvd.allgather(x) * (r + 1)).sum().backward()
+    torch.testing.assert_close(x.grad, torch.full((r + 1, 2), wsum / n, dtype=f64))
+    a, b = leaf(1), leaf(r + 2)
+    ya, yb = hvd.grouped_allgather([a, b])
+    (ya.sum() * (r + 1) + yb.sum() * 2 * (r + 1)).backward()
+    torch.testing.assert_close(a.grad, torch.full((1,), wsum / n, dtype=f64))
+    torch.testing.assert_close(b.grad, torch.full((r + 2,), 2 * wsum / n, dtype=f64))
+    # broadcast: the Average-allreduced gradient on the root, zeros elsewhere
+    x = leaf(2)
+    (hvd.broadcast(x, root_rank=n - 1) * (r + 1)).sum().backward()
+    torch.testing.assert_close(x.grad, torch.full((2,), wsum / n if r == n - 1 else 0.0,
+                                                  dtype=f64))
+    # alltoall, equal splits: the gradient comes back along the received splits
+    x = leaf(2 * n)
+    (hvd.alltoall(x) * (r + 1)).sum().backward()
+    torch.testing.assert_close(x.grad, torch.cat([torch.full((2,), q + 1.0, dtype=f64)
+                                                  for q in range(n)]))
     return True
 
 
