@@ -734,6 +734,103 @@ def objects_and_state():
     return _params(model), [t.numpy() for t in lb.state_dict()["state"][0]["old_dirs"]]
 
 
+class _NoGradModel(nn.Module):
+    """Horovod's no-grad case: an integer index parameter that needs no gradient, a used
+    weight, and one nobody uses (no gradient, so no lazily created state for it)."""
+
+    def __init__(self, rank):
+        super().__init__()
+        g = torch.Generator().manual_seed(rank)
+        self.a = nn.Parameter(torch.tensor([1, 3], dtype=torch.int32), requires_grad=False)
+        self.b = nn.Parameter(torch.rand(4, generator=g, dtype=torch.float64))
+        self.unused = nn.Parameter(torch.rand(2, 2, generator=g, dtype=torch.float64))
+
+    def forward(self, x):
+        return torch.index_select(self.b, 0, self.a.long()) * x
+
+
+_OPTIMIZERS = {
+    "SGD": lambda p, r: torch.optim.SGD(p, lr=0.1 * (r + 1)),
+    "SGD.nesterov": lambda p, r: torch.optim.SGD(p, lr=0.001, weight_decay=1e-6 * (r + 1),
+                                                 momentum=0.9, nesterov=True),
+    "Adam.tensor_lr": lambda p, r: torch.optim.Adam(p, lr=torch.tensor(0.01 * (r + 1)),
+                                                    foreach=False),
+    "AdamW.amsgrad": lambda p, r: torch.optim.AdamW(p, lr=0.01, amsgrad=True,
+                                                    betas=(0.9, 0.99 - 0.01 * r)),
+    "Adagrad": lambda p, r: torch.optim.Adagrad(p, lr=0.1, initial_accumulator_value=0.1 * r),
+    "Adadelta": lambda p, r: torch.optim.Adadelta(p, rho=0.9 - 0.01 * r),
+    "Adamax": lambda p, r: torch.optim.Adamax(p, lr=0.02),
+    "ASGD": lambda p, r: torch.optim.ASGD(p, lr=0.01, t0=10 + r),
+    "NAdam": lambda p, r: torch.optim.NAdam(p, lr=0.01),
+    "RAdam": lambda p, r: torch.optim.RAdam(p, lr=0.01),
+    "RMSprop.centered": lambda p, r: torch.optim.RMSprop(p, lr=0.01, momentum=0.5, centered=True),
+    "Rprop": lambda p, r: torch.optim.Rprop(p, lr=0.01 * (r + 1)),
+}
+
+
+def _state_arrays(opt):
+    """An optimizer's state_dict as {key: numpy array} (hyper-parameters included), so
+    ranks can be compared bit for bit (dtypes included: torch's load_state_dict would
+    cast e.g. NAdam's float32 mu_product to the parameters' dtype)."""
+    sd, out = opt.state_dict(), {}
+    for i, g in enumerate(sd["param_groups"]):
+        for k, v in g.items():
+            if isinstance(v, torch.Tensor):
+                out[f"group{i}.{k}"] = v.detach().numpy().copy()
+            elif isinstance(v, (int, float, bool)) or v is None:
+                out[f"group{i}.{k}"] = np.asarray(np.nan if v is None else v, np.float64)
+    for pid, st in sd["state"].items():
+        for k, v in st.items():
+            if isinstance(v, torch.Tensor):
+                out[f"state{pid}.{k}"] = v.detach().numpy().copy()
+            elif v is not None:
+                out[f"state{pid}.{k}"] = np.asarray(v, np.float64)
+    return out
+
+
+def optimizer_state_cases():
+    """broadcast_optimizer_state for every torch.optim optimizer where the root has
+    lazily created state for some parameters only, other ranks have none or more
+    steps, hyper-parameters (scalar and tensor) differ per rank, one parameter needs no
+    gradient and one never gets one. Afterwards every rank holds the root's state (the
+    test compares bits across ranks), Horovod's no-grad expectations hold, and a step
+    of DistributedOptimizer keeps the ranks identical."""
+    r, n = hvd.rank(), hvd.size()
+    out = {}
+    for name, make in _OPTIMIZERS.items():
+        model = _NoGradModel(r)
+        opt = make(model.parameters(), r)
+        steps = [1, 0, 2][r % 3]  # root: one step; others: none or two
+        for step in range(steps):
+            opt.zero_grad()
+            model(torch.full((2,), float(r + step + 1), dtype=torch.float64)).sum().backward()
+            opt.step()
+        had_state = bool(opt.state_dict()["state"])  # Adagrad makes its state up front
+        opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters())
+        hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+        hvd.broadcast_optimizer_state(opt, root_rank=0)
+        assert model.a.grad is None, name
+        grad = opt.param_groups[0]["params"][1].grad
+        if steps or not had_state:  # Horovod's script broadcasts this gradient next
+            assert isinstance(grad, torch.Tensor), (name, grad)
+        has = grad is not None
+        out[f"{name}/grad"] = hvd.broadcast(grad if has else torch.zeros_like(model.b),
+                                            root_rank=0, name=f"{name}.grad").numpy()
+        for key, v in _state_arrays(opt).items():
+            out[f"{name}/{key}"] = v
+        opt.zero_grad()
+        model(torch.full((2,), float(r + 1), dtype=torch.float64)).sum().backward()
+        opt.step()
+        out[f"{name}/after_step"] = np.concatenate([p.detach().numpy().ravel().astype(np.float64)
+                                                    for p in model.parameters()])
+    # an optimizer that never stepped anywhere: nothing to broadcast, no failure
+    model = _NoGradModel(r)
+    opt = torch.optim.Adam(model.parameters(), lr=0.01 * (r + 1))
+    hvd.broadcast_optimizer_state(opt, root_rank=0)
+    assert opt.param_groups[0]["lr"] == 0.01 and model.b.grad is not None
+    return out
+
+
 def join_uneven():
     """Rank r has r+2 batches; after its last one it joins. Plain SGD, so the expected
     weights follow directly: at step k the ranks still training contribute, and the
