@@ -368,7 +368,7 @@ OPTIMIZERS = {
 
 
 def _equivalence(name, make_opt, steps=3, passes=1, dtype=torch.float64, tol=1e-9, heads=False,
-                 clip=None, op=None, **dist_kw):
+                 clip=None, op=None, named=True, **dist_kw):
     """K steps of DistributedOptimizer on this rank's shard vs one process on the whole
     batch; returns (max |difference|, final parameters)."""
     r, n = hvd.rank(), hvd.size()
@@ -381,7 +381,7 @@ def _equivalence(name, make_opt, steps=3, passes=1, dtype=torch.float64, tol=1e-
     if callable(dist_kw.get("groups")):
         dist_kw["groups"] = dist_kw["groups"](model)
     opt = hvd.DistributedOptimizer(make_opt(model.parameters()),
-                                   named_parameters=model.named_parameters(),
+                                   named_parameters=model.named_parameters() if named else None,
                                    backward_passes_per_step=passes,
                                    **({} if op is None else {"op": op}), **dist_kw)
     assert isinstance(opt, type(make_opt(_net(**kw).parameters())))
@@ -415,6 +415,8 @@ def training_equivalence():
                                 heads=True)
     out["heads.Adam"] = _equivalence("Adam", OPTIMIZERS["Adam"], heads=True)
     out["clip"] = _equivalence("SGD", lambda p: torch.optim.SGD(p, lr=1.0), clip=0.05)
+    out["no named_parameters"] = _equivalence("Adam", OPTIMIZERS["Adam"], named=False,
+                                              groups=2)
     return out
 
 
@@ -447,6 +449,19 @@ def optimizer_misuse():
     opt.zero_grad()
     # the optimizer's own state and hyper-parameters are shared, not copied
     assert opt.param_groups is sgd.param_groups and opt.state is sgd.state
+    # Horovod's _parameter_names: given names, or made up per group and position
+    assert opt._parameter_names == {p: name for name, p in named}
+    m2 = _net()
+    groups = [{"params": [m2.fc1.weight, m2.fc1.bias]},
+              {"params": [p for q, p in m2.named_parameters() if not q.startswith("fc1.")],
+               "lr": 0.01}]
+    noname = hvd.DistributedOptimizer(torch.optim.SGD(groups, lr=0.1))
+    assert noname._parameter_names == {
+        p: f"allreduce.noname.{i}.{j}" for i, g in enumerate(noname.param_groups)
+        for j, p in enumerate(g["params"])}, noname._parameter_names
+    m2(x).sum().backward()
+    noname.step()  # the made-up names agree across ranks: nothing waits for a peer
+    noname.zero_grad()
     return True
 
 

@@ -35,6 +35,7 @@ class _DistributedOptimizer:
         self.sparse_as_dense = sparse_as_dense
         self.process_set = process_set
         self._names = _parameter_names(self.param_groups, named_parameters)
+        self._parameter_names = self._names  # Horovod's attribute: {parameter: name}
         params = [p for g in self.param_groups for p in g["params"]]
         self._requires_update = [p for p in params if p.requires_grad]
         self._group_of, self._groups = _split_groups(groups, self._requires_update)
@@ -230,7 +231,8 @@ class _SparseHandle:
 def _parameter_names(param_groups, named_parameters):
     params = [p for g in param_groups for p in g["params"]]
     if named_parameters is None:
-        return {p: f"noname.{i}.{j}" for i, g in enumerate(param_groups)
+        # Horovod's made-up names: group i, position j, the same on every rank.
+        return {p: f"allreduce.noname.{i}.{j}" for i, g in enumerate(param_groups)
                 for j, p in enumerate(g["params"])}
     named = list(named_parameters)
     if any(not isinstance(x, tuple) or len(x) != 2 for x in named):
