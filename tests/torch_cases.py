@@ -907,4 +907,21 @@ def sparse_equivalence():
         diff = _max_diff(model, ref)
         assert diff < 1e-12, (name, diff)
         out[name] = _params(model)
+    # hvd.sparse_allreduce_async (Horovod's signature): every rank's rows, rank order;
+    # rank 0 contributes nothing, rows repeat within and across ranks
+    def grad_of(q):
+        rows = torch.tensor([q % 5, (2 * q) % 5, q % 5], dtype=torch.int64)[:2 * (q > 0) + (q > 1)]
+        vals = torch.arange(rows.numel() * 3, dtype=torch.float64).reshape(-1, 3) + 10 * q
+        return torch.sparse_coo_tensor(rows[None], vals, (5, 3))
+    for op, div in ((hvd.Sum, 1), (hvd.Average, n)):
+        h = hvd.sparse_allreduce_async(grad_of(r), name=f"sparse.{op}", op=op)
+        got = h()
+        assert got.is_sparse and got.shape == (5, 3) and got is h.wait()
+        want = sum(grad_of(q).to_dense() for q in range(n)) / div
+        torch.testing.assert_close(got.to_dense(), want, rtol=0, atol=0)
+        out[f"sparse_allreduce_async.{op}"] = got.coalesce().values().numpy()
+    _expect_raises(ValueError, lambda: hvd.sparse_allreduce_async(grad_of(r), "s.max", hvd.Max),
+                   "sparse_as_dense")
+    _expect_raises(TypeError, lambda: hvd.sparse_allreduce_async(torch.ones(2), "s.dense",
+                                                                 hvd.Sum), "sparse")
     return out

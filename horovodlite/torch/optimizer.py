@@ -9,12 +9,13 @@ import weakref
 
 import torch
 
-from ..basics import Average, Sum, _topology
+from ..basics import Average, _topology
 from ..handles import synchronize as _wait
 from ..ops import predivide_scales, resolve_op
 from ..process_sets import global_process_set
 from .compression import Compression
-from .mpi_ops import _allreduce_submit, _op_name, allgather_async, allreduce
+from .mpi_ops import _allreduce_submit, _op_name, allreduce
+from .sparse import SparseAllreduceHandle, sparse_allreduce_async
 
 _MISUSE_ZERO_GRAD = (
     "horovodlite: optimizer.zero_grad() was called after loss.backward() but before "
@@ -79,7 +80,7 @@ class _DistributedOptimizer:
         error = None
         for p, (handle, ctx, grad) in list(self._handles.items()):
             try:
-                if isinstance(handle, _SparseHandle):
+                if isinstance(handle, SparseAllreduceHandle):
                     p.grad = handle.wait()
                     continue
                 out = _wait(handle)
@@ -183,8 +184,8 @@ class _DistributedOptimizer:
         grad = self._final_grad(p, dense=self.sparse_as_dense or bool(group))
         if grad.is_sparse:
             self._sparse_seen.add(p)
-            return _SparseHandle(grad, _op_name("allreduce", self._names[p], self.process_set), self.op,
-                                 self.process_set), None, grad
+            name = _op_name("allreduce", self._names[p], self.process_set)
+            return sparse_allreduce_async(grad, name, self.op, self.process_set), None, grad
         compressed, ctx = self._compression.compress(grad)
         pre, post = self._scales
         name = name or _op_name("allreduce", self._names[p], self.process_set)
@@ -203,29 +204,6 @@ class _DistributedOptimizer:
             return loss
 
         return wrapped
-
-
-class _SparseHandle:
-    """A sparse gradient's reduction: every rank's indices and values are allgathered
-    (in rank order, so the result is the same everywhere) and form one uncoalesced
-    sparse tensor; Average divides the values by the set size."""
-
-    def __init__(self, grad, name, op, process_set):
-        if op not in (Average, Sum):
-            raise ValueError(f"horovodlite: sparse gradient '{name}' can only be averaged or "
-                             "summed; pass sparse_as_dense=True for other ops")
-        grad = grad.coalesce()
-        self.shape, self.op, self.size = grad.shape, op, process_set.size()
-        self.indices = allgather_async(grad.indices().t().contiguous(), f"{name}.indices",
-                                       process_set)
-        self.values = allgather_async(grad.values(), f"{name}.values", process_set)
-
-    def wait(self):
-        values = _wait(self.values)
-        indices = _wait(self.indices).t()
-        if self.op == Average:
-            values = values / self.size
-        return torch.sparse_coo_tensor(indices, values, self.shape, check_invariants=False)
 
 
 def _parameter_names(param_groups, named_parameters):
