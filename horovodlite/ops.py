@@ -1,5 +1,7 @@
 """Collectives on numpy arrays. Each call validates locally, hands pointers to the
 core and returns a handle; `synchronize` turns the handle into the result."""
+import warnings
+
 import numpy as np
 
 from ._loader import _core
@@ -30,8 +32,12 @@ __all__ = [
 def resolve_op(op, average, default=Average):
     """Horovod's rules: `average` is the deprecated bool form of `op`."""
     if op is not None and average is not None:
-        raise ValueError("horovodlite: pass either op= or the deprecated average=, not both")
+        raise ValueError("The op parameter supersedes average. Please provide only one of "
+                         "them. horovodlite: pass either op= or the deprecated average=")
     if op is None:
+        if average is not None:  # Horovod's warning, word for word
+            warnings.warn("Parameter `average` has been replaced with `op` and will be "
+                          "removed in v0.21.0", DeprecationWarning, stacklevel=3)
         op = default if average is None else (Average if average else Sum)
     if op == Adasum:
         raise NotImplementedError("horovodlite: Adasum is not implemented")

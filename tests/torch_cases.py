@@ -420,14 +420,59 @@ def training_equivalence():
     return out
 
 
+# Horovod 0.28's first sentences, which scripts and tests match; ours may follow.
+HOROVOD_WORDING = {
+    "step_after_synchronize": "optimizer.step() called without optimizer.skip_synchronize() "
+                              "context after optimizer.synchronize().",
+    "zero_grad": "optimizer.zero_grad() was called after loss.backward() but before "
+                 "optimizer.step() or optimizer.synchronize(). This is prohibited as it can "
+                 "cause a race condition.",
+    "passes": "Gradients were computed more than backward_passes_per_step times before call "
+              "to step(). Increase backward_passes_per_step to accumulate gradients locally.",
+    "duplicates": "Parameter names in named_parameters must be unique. Found duplicates:",
+    "unnamed": "named_parameters was specified, but one or more model parameters were not "
+               "named. Python object ids:",
+    "not_tuples": "named_parameters should be a sequence of tuples (name, parameter), usually "
+                  "produced by model.named_parameters().",
+    "num_groups": "Parameter `num_groups` has been replaced by `groups` and will be removed in "
+                  "v0.23.0.",
+    "average": "Parameter `average` has been replaced with `op` and will be removed in v0.21.0",
+    "op_and_average": "The op parameter supersedes average. Please provide only one of them.",
+}
+
+
+def _expect_horovod_wording(exc, key, fn, *words):
+    msg = _expect_raises(exc, fn, *words)
+    assert msg.startswith(HOROVOD_WORDING[key]), (key, msg)
+
+
+def _expect_warning(key, category, fn):
+    import warnings
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        result = fn()
+    msgs = [str(w.message) for w in seen if issubclass(w.category, category)]
+    assert any(m.startswith(HOROVOD_WORDING[key]) for m in msgs), (key, msgs)
+    return result
+
+
 def optimizer_misuse():
     m = _net()
     sgd = torch.optim.SGD(m.parameters(), lr=0.1)
     named = list(m.named_parameters())
-    _expect_raises(ValueError, lambda: hvd.DistributedOptimizer(
+    _expect_horovod_wording(ValueError, "duplicates", lambda: hvd.DistributedOptimizer(
         sgd, named_parameters=named + [("fc1.weight", m.fc1.weight)]), "fc1.weight", "unique")
-    _expect_raises(ValueError, lambda: hvd.DistributedOptimizer(
+    _expect_horovod_wording(ValueError, "unnamed", lambda: hvd.DistributedOptimizer(
         sgd, named_parameters=named[:2]), "not in it")
+    _expect_horovod_wording(ValueError, "not_tuples", lambda: hvd.DistributedOptimizer(
+        sgd, named_parameters=[p for _, p in named]))
+    _expect_horovod_wording(ValueError, "op_and_average",
+                            lambda: hvd.allreduce(torch.ones(1), op=hvd.Sum, average=True))
+    y = _expect_warning("average", DeprecationWarning,
+                        lambda: hvd.allreduce(torch.ones(1), average=False, name="avg.kw"))
+    assert float(y[0]) == hvd.size()
+    _expect_warning("num_groups", DeprecationWarning, lambda: hvd.DistributedOptimizer(
+        torch.optim.SGD(_net().parameters(), lr=0.1), num_groups=2))
     _expect_raises(ValueError, lambda: hvd.DistributedOptimizer(
         sgd, groups=[[torch.nn.Parameter(torch.ones(1))]]), "groups")
     _expect_raises(ValueError, lambda: hvd.DistributedOptimizer(
@@ -436,10 +481,11 @@ def optimizer_misuse():
     _expect_raises(ValueError, lambda: hvd.DistributedOptimizer(opt), "already")
     x = torch.randn(4, IN, dtype=torch.float64)
     m(x).sum().backward()
-    _expect_raises(AssertionError, opt.zero_grad, "zero_grad", "in flight")
-    _expect_raises(AssertionError, lambda: m(x).sum().backward(), "backward_passes_per_step")
+    _expect_horovod_wording(AssertionError, "zero_grad", opt.zero_grad, "zero_grad", "in flight")
+    _expect_horovod_wording(AssertionError, "passes", lambda: m(x).sum().backward(),
+                            "backward_passes_per_step")
     opt.synchronize()  # finishes what the failed calls left in flight, on every rank
-    opt.step()  # warns: already synchronized
+    _expect_warning("step_after_synchronize", UserWarning, opt.step)
     opt.zero_grad()
     opt.set_backward_passes_per_step(2)
     m(x).sum().backward()

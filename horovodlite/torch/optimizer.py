@@ -17,10 +17,26 @@ from .compression import Compression
 from .mpi_ops import _allreduce_submit, _op_name, allreduce
 from .sparse import SparseAllreduceHandle, sparse_allreduce_async
 
+# Messages and warnings open with Horovod's own sentence (scripts and tests match it);
+# ours follows with what is in flight and what to do.
 _MISUSE_ZERO_GRAD = (
-    "horovodlite: optimizer.zero_grad() was called after loss.backward() but before "
-    "optimizer.step() or optimizer.synchronize(); allreduces of these gradients are still "
-    "in flight ({names}). Call zero_grad() before backward() or after step().")
+    "optimizer.zero_grad() was called after loss.backward() but before optimizer.step() or "
+    "optimizer.synchronize(). This is prohibited as it can cause a race condition. "
+    "horovodlite: allreduces of these gradients are still in flight ({names}); call "
+    "zero_grad() before backward() or after step().")
+_STEP_AFTER_SYNCHRONIZE = (
+    "optimizer.step() called without optimizer.skip_synchronize() context after "
+    "optimizer.synchronize(). This can cause training slowdown. You may want to consider "
+    "using optimizer.skip_synchronize() context if you use optimizer.synchronize() in your "
+    "code. horovodlite: the gradients are already reduced, so step() uses them as they are.")
+_TOO_MANY_PASSES = (
+    "Gradients were computed more than backward_passes_per_step times before call to "
+    "step(). Increase backward_passes_per_step to accumulate gradients locally. "
+    "horovodlite: the gradient of '{name}' was computed more than "
+    "backward_passes_per_step={passes} times.")
+_NUM_GROUPS_DEPRECATED = (
+    "Parameter `num_groups` has been replaced by `groups` and will be removed in v0.23.0. "
+    "horovodlite: pass groups= instead.")
 
 
 class _DistributedOptimizer:
@@ -113,9 +129,7 @@ class _DistributedOptimizer:
             closure = self._synchronized_closure(closure)
         if self._should_synchronize:
             if self._synchronized and not self._handles:
-                warnings.warn("optimizer.step() was called after optimizer.synchronize() "
-                              "without optimizer.skip_synchronize(); the gradients are "
-                              "already reduced, so step() uses them as they are")
+                warnings.warn(_STEP_AFTER_SYNCHRONIZE)
             elif closure is None or self._handles:
                 self.synchronize()
         try:
@@ -134,10 +148,8 @@ class _DistributedOptimizer:
     # ------------------------------------------------------------------ internals
     def _grad_ready(self, p):
         if self._delay[p] <= 0:
-            raise AssertionError(
-                f"horovodlite: gradient of '{self._names[p]}' was computed more than "
-                f"backward_passes_per_step={self.backward_passes_per_step} times before "
-                "step(); increase backward_passes_per_step to accumulate gradients locally")
+            raise AssertionError(_TOO_MANY_PASSES.format(
+                name=self._names[p], passes=self.backward_passes_per_step))
         self._delay[p] -= 1
         if self._delay[p] > 0:
             self._handles[p] = (None, None, None)  # accumulating locally
@@ -214,23 +226,27 @@ def _parameter_names(param_groups, named_parameters):
                 for j, p in enumerate(g["params"])}
     named = list(named_parameters)
     if any(not isinstance(x, tuple) or len(x) != 2 for x in named):
-        raise ValueError("horovodlite: named_parameters must be (name, parameter) pairs, as "
-                         "model.named_parameters() gives")
+        raise ValueError("named_parameters should be a sequence of tuples (name, parameter), "
+                         "usually produced by model.named_parameters(). horovodlite: got "
+                         f"{type(next(x for x in named if not isinstance(x, tuple) or len(x) != 2)).__name__}"
+                         " entries")
     seen, dups = set(), []
     for name, _ in named:
         if name in seen:
             dups.append(name)
         seen.add(name)
     if dups:
-        raise ValueError("horovodlite: parameter names in named_parameters must be unique; "
+        raise ValueError("Parameter names in named_parameters must be unique. Found "
                          f"duplicates: {', '.join(sorted(set(dups)))}")
     by_id = {id(p): name for name, p in named}
     missing = [p for p in params if id(p) not in by_id]
     if missing:
         shapes = ", ".join(str(tuple(p.shape)) for p in missing[:5])
-        raise ValueError(f"horovodlite: named_parameters was given but {len(missing)} of the "
-                         f"optimizer's parameters are not in it (shapes {shapes}); pass "
-                         "model.named_parameters() of the whole model")
+        raise ValueError("named_parameters was specified, but one or more model parameters "
+                         "were not named. Python object ids: "
+                         f"{', '.join(str(id(p)) for p in missing)}. horovodlite: "
+                         f"{len(missing)} of the optimizer's parameters are not in it (shapes "
+                         f"{shapes}); pass model.named_parameters() of the whole model")
     return {p: by_id[id(p)] for p in params}
 
 
@@ -290,7 +306,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     sparse_as_dense: reduce sparse gradients as dense tensors."""
     _topology()  # like Horovod, which asks size() here: init() must come first
     if num_groups:
-        warnings.warn("num_groups is deprecated; use groups=", DeprecationWarning)
+        warnings.warn(_NUM_GROUPS_DEPRECATED, DeprecationWarning)
         groups = groups or num_groups
     if isinstance(optimizer, _DistributedOptimizer):
         raise ValueError("horovodlite: this optimizer is already a DistributedOptimizer")
