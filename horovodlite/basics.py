@@ -25,6 +25,11 @@ def init(comm=None, process_sets=None):
     """Starts the engine. `comm`: None (all ranks), a list of world ranks, or an mpi4py
     communicator (duplicated). `process_sets`: a list of ProcessSet to create now, or
     "dynamic" to allow add_process_set/remove_process_set later."""
+    from . import process_sets as _ps
+
+    # Checked before anything starts, from the arguments alone, so every rank that was
+    # given the same list raises the same ValueError and none waits for the others.
+    _ps._check_static(process_sets)
     with _lock:
         if _core.is_initialized():
             return
@@ -45,8 +50,6 @@ def init(comm=None, process_sets=None):
         if not _state["atexit"]:
             atexit.register(shutdown)
             _state["atexit"] = True
-    from . import process_sets as _ps
-
     _ps._on_init(process_sets)
 
 
