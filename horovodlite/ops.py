@@ -7,6 +7,7 @@ import numpy as np
 from ._loader import _core
 from . import dtypes
 from .basics import Adasum, Average, Sum, _topology
+from .compression import Compression
 from .handles import auto_name, poll, submit, synchronize, track
 from .process_sets import _set_id, global_process_set
 from .shared_arrays import shared_empty
@@ -42,6 +43,11 @@ def resolve_op(op, average, default=Average):
     if op == Adasum:
         raise NotImplementedError("horovodlite: Adasum is not implemented")
     return int(op)
+
+
+def _no_compression(compression):
+    """None (ours) and Compression.none (Horovod's default) both skip the casts."""
+    return compression is None or compression is Compression.none
 
 
 def _writable_contiguous(a, what):
@@ -128,10 +134,10 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
                              postscale_factor, process_set)
 
 
-def allreduce(tensor, average=None, name=None, compression=None, op=None, prescale_factor=1.0,
-              postscale_factor=1.0, process_set=global_process_set):
+def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None,
+              prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
     """Reduces `tensor` over all ranks of the set; returns a new array (op defaults to Average)."""
-    if compression is not None:
+    if not _no_compression(compression):
         tensor, ctx = compression.compress(tensor)
         out = synchronize(allreduce_async(tensor, average, name, op, prescale_factor,
                                           postscale_factor, process_set))
@@ -183,14 +189,14 @@ def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale
 def _compressed(compression, tensors, run):
     """run(tensors) on the compressed tensors, its results decompressed (no compression:
     run(tensors) itself). For the grouped collectives of every array API."""
-    if compression is None:
+    if _no_compression(compression):
         return run(tensors)
     pairs = [compression.compress(t) for t in tensors]
     outs = run([p[0] for p in pairs])
     return [compression.decompress(o, ctx) for o, (_, ctx) in zip(outs, pairs)]
 
 
-def grouped_allreduce(tensors, average=None, name=None, compression=None, op=None,
+def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None,
                       prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
     """Reduces a list of arrays as one unit: negotiated together and fused."""
     return _compressed(compression, tensors, lambda ts: synchronize(grouped_allreduce_async(
@@ -379,11 +385,11 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
     return _reducescatter_submit(tensor, name, op, prescale_factor, postscale_factor, process_set)
 
 
-def reducescatter(tensor, name=None, compression=None, op=Average, process_set=global_process_set,
-                  prescale_factor=1.0, postscale_factor=1.0):
+def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
+                  process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0):
     """Reduces `tensor` over the set; rank r keeps its block of dim-0 rows (the first
     dim0 % size ranks get one extra row)."""
-    if compression is not None:
+    if not _no_compression(compression):
         tensor, ctx = compression.compress(tensor)
         out = synchronize(reducescatter_async(tensor, name, op, process_set, prescale_factor,
                                               postscale_factor))
@@ -402,7 +408,7 @@ def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=glob
                          for i, t in enumerate(tensors)])
 
 
-def grouped_reducescatter(tensors, name=None, compression=None, op=Average,
+def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=Average,
                           process_set=global_process_set, prescale_factor=1.0,
                           postscale_factor=1.0):
     """Reducescatters a list of arrays as one unit (negotiated together, fused)."""

@@ -95,8 +95,8 @@ def broadcast_optimizer_state(optimizer, root_rank, process_set=global_process_s
     LBFGS included.
 
     As in Horovod, an optimizer with no state yet gives each parameter that requires a
-    gradient and has none a zero gradient (scripts then read or broadcast .grad);
-    SparseAdam is left alone, since it refuses dense gradients."""
+    gradient and has none a zero gradient (scripts then read or broadcast .grad), a
+    sparse one for SparseAdam."""
     _zero_missing_grads(optimizer)
     mine = []
     skeleton = _strip(optimizer.state_dict(), mine)
@@ -135,9 +135,10 @@ def _keep_root_dtypes(optimizer, skeleton):
 
 
 def _zero_missing_grads(optimizer):
-    if optimizer.state_dict()["state"] or isinstance(optimizer, torch.optim.SparseAdam):
+    if optimizer.state_dict()["state"]:
         return
+    sparse = isinstance(optimizer, torch.optim.SparseAdam)  # it takes sparse ones only
     for group in optimizer.param_groups:
         for p in group["params"]:
             if p.requires_grad and p.grad is None:
-                p.grad = torch.zeros_like(p)
+                p.grad = torch.zeros_like(p).to_sparse() if sparse else torch.zeros_like(p)
