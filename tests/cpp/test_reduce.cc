@@ -531,6 +531,11 @@ void test_scale() {
   for (size_t i = 0; i < 65536; ++i) all[i] = i;
   for (DataType t : {DataType::FLOAT16, DataType::BFLOAT16})
     for (double f : {1.0, 0.1, 1.0 / 3, 3.0, 1e-5, 70000.0}) run_scale_case(t, 65536, f, all);
+  // Every 16-bit integer, through the clamping of the vector path (huge, negative and
+  // non-finite factors, where that path hands over to generic).
+  for (DataType t : {DataType::INT16, DataType::UINT16})
+    for (double f : {0.1, -1.0, 1.0 / 3, 2.5, -70000.0, 1e300, NAN, INFINITY, -INFINITY})
+      run_scale_case(t, 65536, f, all);
 
   // Integer semantics: truncate toward zero; out of range saturates.
   int32_t a[4] = {7, -7, 5, 1000000000};
