@@ -534,7 +534,8 @@ void test_scale() {
   // Every 16-bit integer, through the clamping of the vector path (huge, negative and
   // non-finite factors, where that path hands over to generic).
   for (DataType t : {DataType::INT16, DataType::UINT16})
-    for (double f : {0.1, -1.0, 1.0 / 3, 2.5, -70000.0, 1e300, NAN, INFINITY, -INFINITY})
+    for (double f : {0.1, -1.0, 1.0 / 3, 2.5, -70000.0, 1e300, double(NAN), double(INFINITY),
+                     -double(INFINITY)})
       run_scale_case(t, 65536, f, all);
 
   // Integer semantics: truncate toward zero; out of range saturates.
