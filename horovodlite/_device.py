@@ -169,7 +169,6 @@ def submit_allreduce(src, dst, name, op, prescale, postscale, process_set_id, gr
     through the core's allreduce entry point like host arrays; synchronize returns
     `dst`. Returns the handle."""
     from . import handles
-    from ._loader import _core
 
     s = describe(src)
     d = s if dst is src else describe(dst)
@@ -179,8 +178,6 @@ def submit_allreduce(src, dst, name, op, prescale, postscale, process_set_id, gr
     if (d.device, d.dtype, d.nbytes) != (s.device, s.dtype, s.nbytes):
         raise ValueError(f"horovodlite: allreduce '{name}': output must match the input's "
                          f"GPU, dtype and size (input GPU {s.device}, output GPU {d.device})")
-    h = _core.enqueue_allreduce(name, s.ptr, d.ptr, s.dtype, op, float(prescale),
-                                float(postscale), group, group_size, process_set_id, s.shape,
-                                s.device, s.stream)
-    handles.track(h, (src, dst))
-    return h
+    return handles.submit_allreduce((src, dst), None, name, s.ptr, d.ptr, s.dtype, op,
+                                    float(prescale), float(postscale), process_set_id, group,
+                                    group_size, s.shape, s.device, s.stream)

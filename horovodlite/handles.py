@@ -44,6 +44,18 @@ def submit(keep, finish, **kwargs):
     return h
 
 
+def submit_allreduce(keep, finish, name, input, output, dtype, reduce_op, prescale, postscale,
+                     process_set, group="", group_size=0, shape=None, device=-1, stream=None):
+    """The one submission of an allreduce, for every frontend: the core's dedicated
+    entry point (a gradient's allreduce is submitted on every step, so it takes only
+    its own arguments). `input`/`output` are numpy arrays (shape None: read from them)
+    or addresses with `shape`; device/stream as for submit(). Returns the handle."""
+    h = _core.enqueue_allreduce(name, input, output, dtype, reduce_op, prescale, postscale,
+                                group, group_size, process_set, shape, device, stream)
+    track(h, keep, finish)
+    return h
+
+
 def track(h, keep, finish=None):
     """Keeps `keep` alive until `h` is synchronized, which returns finish(h), or
     without `finish` the last object kept (the output array)."""

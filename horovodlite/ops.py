@@ -8,7 +8,7 @@ from ._loader import _core
 from . import dtypes
 from .basics import Adasum, Average, Sum, _topology
 from .compression import Compression
-from .handles import auto_name, poll, submit, synchronize, track
+from .handles import auto_name, poll, submit, submit_allreduce, synchronize
 from .process_sets import _set_id, global_process_set
 from .shared_arrays import shared_empty
 
@@ -63,10 +63,8 @@ def _allreduce_submit(src, dst, name, op, prescale, postscale, process_set, grou
     # The hot path of every training step: the arrays go to the core as they are (it
     # reads their addresses and shapes), through an entry point made for allreduce.
     code = dtypes.code_of(src.dtype, reducible=True, what="allreduce")
-    h = _core.enqueue_allreduce(name, src, dst, code, op, float(prescale), float(postscale),
-                                group, group_size, _set_id(process_set))
-    track(h, (src, dst))
-    return h
+    return submit_allreduce((src, dst), None, name, src, dst, code, op, float(prescale),
+                            float(postscale), _set_id(process_set), group, group_size)
 
 
 _POOLED_FROM = 1 << 20

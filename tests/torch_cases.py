@@ -72,8 +72,14 @@ def allreduce_cases():
         assert float(res[0]) == n * (3 - i) + n * (n - 1) / 2
     h = hvd.allreduce_async_(t)
     hvd.synchronize(h)
-    assert hvd.poll(hvd.allreduce_async(t, name="polled")) in (True, False)
-    hvd.synchronize(hvd.allreduce_async(t, name="polled.2"))
+    h = hvd.allreduce_async(t, name="polled", op=hvd.Sum)
+    import time
+    deadline = time.monotonic() + 120
+    while not hvd.poll(h):  # becomes True once the peers took part, without synchronize
+        assert time.monotonic() < deadline, "poll() never became True"
+        time.sleep(0.001)
+    assert hvd.poll(h) is True
+    torch.testing.assert_close(hvd.synchronize(h), t * n)
     # grouped
     g = hvd.grouped_allreduce([torch.ones(2) * r, torch.ones(3, dtype=torch.float64) * r],
                               op=hvd.Sum)

@@ -18,8 +18,7 @@ import torch
 
 from ..basics import Average, Sum, _topology
 from ..basics import rank as _rank
-from .._loader import _core
-from ..handles import auto_name, poll, submit, synchronize, track
+from ..handles import auto_name, poll, submit, submit_allreduce, synchronize
 from ..ops import (ALLGATHER, ALLTOALL, BROADCAST, REDUCESCATTER, _GroupHandle,
                    _root_in_set, _splits_list, resolve_op)
 from ..process_sets import _set_id, global_process_set
@@ -100,12 +99,9 @@ def _allreduce_submit(tensor, in_place, name, op, prescale, postscale, process_s
     else:
         dst, finish = torch.empty_like(src), None
         keep = (tensor, src, dst)
-    # The allreduce entry point, like numpy's: a gradient's submission is on every step.
-    h = _core.enqueue_allreduce(name, src.data_ptr(), dst.data_ptr(), code, op, float(prescale),
-                                float(postscale), group, group_size, _set_id(process_set),
-                                src.shape, where["device"], where.get("stream"))
-    track(h, keep, finish)
-    return h
+    return submit_allreduce(keep, finish, name, src.data_ptr(), dst.data_ptr(), code, op,
+                            float(prescale), float(postscale), _set_id(process_set), group,
+                            group_size, src.shape, where["device"], where.get("stream"))
 
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
