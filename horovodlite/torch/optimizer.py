@@ -225,11 +225,12 @@ def _parameter_names(param_groups, named_parameters):
         return {p: f"allreduce.noname.{i}.{j}" for i, g in enumerate(param_groups)
                 for j, p in enumerate(g["params"])}
     named = list(named_parameters)
-    if any(not isinstance(x, tuple) or len(x) != 2 for x in named):
+    bad = [x for x in named if not isinstance(x, tuple) or len(x) != 2]
+    if bad:
         raise ValueError("named_parameters should be a sequence of tuples (name, parameter), "
                          "usually produced by model.named_parameters(). horovodlite: got "
-                         f"{type(next(x for x in named if not isinstance(x, tuple) or len(x) != 2)).__name__}"
-                         " entries")
+                         f"{len(bad)} entries that are not pairs, e.g. a "
+                         f"{type(bad[0]).__name__}")
     seen, dups = set(), []
     for name, _ in named:
         if name in seen:
