@@ -451,19 +451,3 @@ def broadcast_object(obj, root_rank=0, session=None, name=None, process_set=glob
 def allgather_object(obj, session=None, name=None, process_set=global_process_set):
     """A list with every rank's picklable object, by rank."""
     return _np_objects.allgather_object(obj, name=name, process_set=process_set)
-
-
-def size_op(process_set_id=0, name=None):
-    return tf.constant(_np_api.size(), tf.int32)
-
-
-def local_size_op(name=None):
-    return tf.constant(_np_api.local_size(), tf.int32)
-
-
-def rank_op(name=None):
-    return tf.constant(_np_api.rank(), tf.int32)
-
-
-def local_rank_op(name=None):
-    return tf.constant(_np_api.local_rank(), tf.int32)
