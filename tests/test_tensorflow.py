@@ -185,6 +185,12 @@ def other_cases():
     out["broadcast_variables_graph"] = v2[0].numpy()
     out["broadcast_object"] = htf.broadcast_object({"from": r, "list": [r] * 3}, root_rank=1)
     out["allgather_object"] = htf.allgather_object(("rank", r))
+    bcast = htf.broadcast_object_fn(root_rank=1)
+    out["broadcast_object_fn"] = [bcast({"call": k, "from": r}) for k in range(2)]
+    out["small_ops"] = (int(htf.size_op()), int(htf.rank_op()), int(htf.process_set_included_op()),
+                        int(htf.process_set_included_op(process_set_id=12345)),
+                        htf.handle_average_backwards_compatibility(None, False) == htf.Sum,
+                        htf.check_num_rank_power_of_2(4), htf.check_num_rank_power_of_2(6))
     htf.barrier()
     out["join"] = int(htf.join())
     return out
@@ -460,4 +466,6 @@ def test_allgather_broadcast_reducescatter_alltoall_and_gradients(collectives):
         assert out["broadcast_variables_graph"] == 2.0
         assert out["broadcast_object"] == {"from": 1, "list": [1, 1, 1]}
         assert out["allgather_object"] == [("rank", 0), ("rank", 1)]
+        assert out["broadcast_object_fn"] == [{"call": 0, "from": 1}, {"call": 1, "from": 1}]
+        assert out["small_ops"] == (N, r, 1, -3, True, True, False)
         assert out["join"] in (0, 1) and out["join"] == res[0]["join"]

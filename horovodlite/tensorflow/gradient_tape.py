@@ -9,8 +9,10 @@ from .compression import Compression
 
 
 def _tape_class(base):
-    def gradient(self, target, sources, output_gradients=None,
+    def gradient(self, target, sources, output_gradients=None, use_generic_names=False,
                  unconnected_gradients=tf.UnconnectedGradients.NONE):
+        # use_generic_names (Horovod's 4th argument) names the allreduces grad_0, grad_1,
+        # ... in graphs; ours are named per call site already, so it changes nothing.
         grads = super(cls, self).gradient(target, sources, output_gradients,
                                           unconnected_gradients)
         flat_grads = tf.nest.flatten(grads)

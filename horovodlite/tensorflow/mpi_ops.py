@@ -172,7 +172,8 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="", compressi
 
 def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="",
                       compression=Compression.none, op=None, prescale_factor=1.0,
-                      postscale_factor=1.0, process_set=global_process_set, name=None):
+                      postscale_factor=1.0, process_set=global_process_set,
+                      ignore_name_scope=False, name=None):
     """Reduces a list of tensors as one unit (negotiated together, fused)."""
     _topology()
     op = _np_ops.resolve_op(op, average)
@@ -354,7 +355,7 @@ def _reducescatter_backward(ys, dys, names, op, prescale, postscale, process_set
 
 
 def reducescatter(tensor, device_dense="", compression=Compression.none, op=Average, name=None,
-                  ignore_name_scope=False, process_set=global_process_set, prescale_factor=1.0,
+                  process_set=global_process_set, ignore_name_scope=False, prescale_factor=1.0,
                   postscale_factor=1.0):
     """Reduces, then rank r keeps its dim-0 slice (the first dim0 % size ranks get one
     extra row)."""
