@@ -363,6 +363,18 @@ def main(hvd):
     variants["eager_sparse_allgather"] = (False, dict())
     for name, (graph, kw) in variants.items():
         out[name] = train(mine, True, graph, **kw)
+    # A tf.compat.v1 optimizer wrapped by hvd.DistributedOptimizer, through minimize().
+    for graph in (False, True):
+        vs = make_vars()
+        x, ids, y = data()
+        opt = htf.DistributedOptimizer(tf.compat.v1.train.GradientDescentOptimizer(LR),
+                                       sparse_as_dense=True)
+        def v1_step(x, ids, y):
+            opt.minimize(lambda: loss_fn(vs, x, ids, y), var_list=vs[:-1])
+        step = tf.function(v1_step) if graph else v1_step
+        for k in range(K):
+            step(x[k][mine], ids[k][mine], y[k][mine])
+        out["v1_graph" if graph else "v1_eager"] = [v.numpy() for v in vs[:-1]]
     return out
 """
 
@@ -371,7 +383,7 @@ def test_gradient_tape_matches_one_process_on_the_whole_batch():
     res = run(N, TAPE, env=ENV, timeout=240)
     ref = res[0]["reference"]
     variants = [k for k in res[0] if k != "reference"]
-    assert len(variants) == 7
+    assert len(variants) == 9
     for name in variants:
         tol = 2e-3 if "fp16" in name else 1e-5
         for r in range(N):

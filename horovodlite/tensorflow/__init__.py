@@ -30,9 +30,18 @@ def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense="
                          backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0,
                          average_aggregated_gradients=False, num_groups=0, groups=None,
                          process_set=global_process_set, scale_local_gradients=True):
-    """For Keras optimizers (Keras 3, or Keras 2 new and legacy): see
-    horovodlite.tensorflow.keras. tf.compat.v1 optimizers are not supported (use
-    DistributedGradientTape)."""
+    """Wraps an optimizer so gradients are reduced across ranks before they are applied:
+    tf.compat.v1.train optimizers (compute_gradients reduces; see optimizer_v1.py) and
+    Keras optimizers (Keras 3, or Keras 2 new and legacy; see horovodlite.tensorflow.keras)."""
+    if isinstance(optimizer, _tf.compat.v1.train.Optimizer):
+        from . import gradients as _gradients
+        from .optimizer_v1 import DistributedOptimizer as _v1_distributed
+
+        settings = _gradients.ReduceSettings(compression, sparse_as_dense, op,
+                                             gradient_predivide_factor, num_groups, groups,
+                                             process_set, scale_local_gradients)
+        return _v1_distributed(optimizer, settings, name=name, use_locking=use_locking,
+                               backward_passes_per_step=backward_passes_per_step)
     from .keras import DistributedOptimizer as _keras_distributed
 
     return _keras_distributed(optimizer, name=name, compression=compression,
