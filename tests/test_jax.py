@@ -239,6 +239,8 @@ def main(hvd):
         jnp.ones((4, 2))))
     out["g_grs"] = np.asarray(J(jax.grad(lambda x: sum(jnp.sum(v * (r + 1)) for v in hj.grouped_reducescatter(
         [x, 2.0 * x], op=hj.Sum))))(jnp.ones((4, 2))))
+    out["g_gar"] = np.asarray(J(jax.grad(lambda x: sum(jnp.sum(v * (r + 1)) for v in hj.grouped_allreduce(
+        [x, 2.0 * x], op=hj.Sum, prescale_factor=0.5))))(jnp.ones((4, 2))))
     out["g_gag"] = np.asarray(J(jax.grad(lambda x: sum(jnp.sum(v) for v in jax.tree_util.tree_map(
         lambda a, p: a ** p, hj.grouped_allgather([x, 3.0 * x]), [2, 1]))))(w))
     # vmap over a dim-0 collective: batch axis is not the rank axis
@@ -299,6 +301,9 @@ def test_jax_dim0_collectives():
         np.testing.assert_array_equal(o["g_rs_eager"], N * owner)
         np.testing.assert_allclose(o["g_rs_avg_scaled"], 1.5 * owner)
         np.testing.assert_array_equal(o["g_grs"], 3.0 * N * owner)
+        # grouped allreduce: the same op and scale on the cotangents, (1 + 2) * 0.5 per
+        # member, the second member counted twice.
+        np.testing.assert_allclose(o["g_gar"], np.full((4, 2), 3 * 1.5))
         # output row j of every rank is weighted j; row i of rank r's input lands on
         # rank i // 2 as row 2r + i % 2, so its gradient is that weight
         np.testing.assert_array_equal(
