@@ -63,10 +63,18 @@ Response Coordinator::validate(const Pending& p) const {
   for (int r : joined_) resp.joined.push_back(r);
 
   // Arguments a rank found invalid before enqueueing fail the collective everywhere.
+  // Ranks say which Python class their error is ("TypeError: ..."); the others raise
+  // the first failing rank's class too.
   std::string arg_errors;
-  for (size_t r = 0; r < reqs.size(); ++r)
-    if (reqs[r] && !reqs[r]->error.empty())
-      arg_errors += (arg_errors.empty() ? "" : "; ") + ("rank " + std::to_string(r) + ": " + reqs[r]->error);
+  for (size_t r = 0; r < reqs.size(); ++r) {
+    if (!reqs[r] || reqs[r]->error.empty()) continue;
+    const std::string& e = reqs[r]->error;
+    if (arg_errors.empty())
+      resp.error_kind = e.rfind("TypeError: ", 0) == 0    ? Response::TYPE_ERROR
+                        : e.rfind("ValueError: ", 0) == 0 ? Response::VALUE_ERROR
+                                                          : Response::INTERNAL_ERROR;
+    arg_errors += (arg_errors.empty() ? "" : "; ") + ("rank " + std::to_string(r) + ": " + e);
+  }
   if (!arg_errors.empty()) {
     resp.error = std::string("horovodlite: ") + op_type_name(first->op) + " '" + first->name +
                  "': invalid arguments: " + arg_errors;

@@ -6,6 +6,7 @@
 
 #include "../common/env.h"
 #include "../common/logging.h"
+#include "../transport/peer_health.h"
 #include "timeline.h"
 #include "device.h"
 
@@ -34,14 +35,21 @@ static EngineParams read_params() {
   // Read at every init (ring_segment_bytes() keeps the first value for the process).
   p.segment_bytes = static_cast<size_t>(std::max<long long>(64, env_int("RING_SEGMENT_BYTES", 1 << 20)));
   p.autotune = env_int("AUTOTUNE", 0) != 0;
+  p.peer_timeout_s = env_double("PEER_TIMEOUT_SECONDS", 30);
   return p;
 }
 
 void Engine::init(long long fortran_comm, const std::vector<int>& ranks) {
   std::lock_guard<std::mutex> l(mu_);
   if (world_) return;
+  std::string lost = PeerHealth::get().first_failure();
+  if (!lost.empty())
+    throw std::runtime_error(
+        "horovodlite cannot be initialized again in this process: its MPI world lost a "
+        "member (" + lost + "); MPI cannot be used after that. Start a new job.");
   params_ = read_params();
   world_ = make_mpi_world(fortran_comm, ranks);
+  world_->watch_peers(params_.peer_timeout_s);
   const Topology& t = world_->topology();
   set_log_rank(t.rank);
   std::vector<int> all(t.size);
@@ -135,12 +143,12 @@ std::shared_ptr<HandleState> Engine::handle(int64_t id) {
   return h;
 }
 
-void Engine::wait(HandleState& h) {
+bool Engine::wait(HandleState& h, std::chrono::nanoseconds limit) {
   if (!h.poll()) {
     std::lock_guard<std::mutex> l(mu_);
     for (auto& kv : workers_) kv.second->queue().request_flush();
   }
-  h.wait();
+  return h.wait(limit);
 }
 
 int Engine::add_process_set(const std::vector<int>& ranks) {

@@ -1,5 +1,7 @@
 #include "tensor_queue.h"
 
+#include <algorithm>
+
 #include <stdexcept>
 
 namespace hvdl {
@@ -119,6 +121,14 @@ void TensorQueue::request_shutdown() {
 bool TensorQueue::shutdown_requested() {
   std::lock_guard<std::mutex> l(mu_);
   return shutdown_;
+}
+
+std::vector<std::string> TensorQueue::in_flight_names() {
+  std::lock_guard<std::mutex> l(mu_);
+  std::vector<std::string> names;
+  for (auto& kv : table_) names.push_back(kv.first);
+  std::sort(names.begin(), names.end());
+  return names;
 }
 
 }  // namespace hvdl

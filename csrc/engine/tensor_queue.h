@@ -48,6 +48,8 @@ class TensorQueue {
   static constexpr std::chrono::microseconds kBurstGap{100};
   std::unique_ptr<TensorEntry> take(const std::string& name);
   bool has_in_flight();
+  // Names of every tensor submitted and not yet executed (sorted).
+  std::vector<std::string> in_flight_names();
   std::vector<std::unique_ptr<TensorEntry>> take_all();
   // The background thread has stopped: refuse new work from now on (it would wait
   // forever) and hand back what is still queued so it can be failed.

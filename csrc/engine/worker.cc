@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "../common/logging.h"
+#include "../transport/peer_health.h"
 #include "collective_op.h"
 #include "fusion_planner.h"
 
@@ -55,6 +56,10 @@ void Worker::wait_for_round() {
   // Only a round changes the controller's deadlines (stall checks, readiness reports).
   const auto deadline = controller_.next_deadline();
   for (;;) {
+    // A rank waiting here may be waiting for a peer that will never come: a failure
+    // of a member ends the wait (and every collective of this set) at once.
+    transport_->check_alive();
+    PeerHealth::beat();
     if (Clock::now() < spin_until) {
       uint64_t rung = transport_->poll_ring();
       if (rung >= round_) return;
@@ -85,6 +90,7 @@ void Worker::wait_for_round() {
 
 void Worker::loop() {
   prctl(PR_SET_TIMERSLACK, 1000UL);  // short sleeps must stay short (default slack: 50 us)
+  PeerHealth::Registration beating("process set " + std::to_string(id_));
   std::string why;
   while (running_) {
     try {
@@ -104,11 +110,25 @@ void Worker::loop() {
       uint64_t bytes = execute(res.responses, tl, Clock::now());
       if (tuner_) tuner_->record(res.responses, bytes, Clock::now());
       if (res.shutdown) running_ = false;
+    } catch (const PeerFailure& e) {
+      why = e.what();
+      running_ = false;
     } catch (const std::exception& e) {
       HVDL_LOG(ERROR) << "process set " << id_ << ": background loop failed: " << e.what();
       why = std::string("horovodlite: background loop failed: ") + e.what();
       running_ = false;
     }
+  }
+  if (!why.empty()) {
+    // Say which of this rank's tensors the failure took down (what was in flight).
+    auto names = queue_.in_flight_names();
+    if (!names.empty()) {
+      std::string list;
+      for (size_t i = 0; i < names.size() && i < 8; ++i) list += (i ? ", '" : "'") + names[i] + "'";
+      if (names.size() > 8) list += " and " + std::to_string(names.size() - 8) + " more";
+      why += "; process set " + std::to_string(id_) + " had in flight: " + list;
+    }
+    HVDL_LOG(ERROR) << why;
   }
   if (why.empty())
     why = queue_.shutdown_requested()
@@ -171,7 +191,10 @@ uint64_t Worker::execute(const std::vector<Response>& responses, Timeline* tl,
         if (!r->name.empty()) tl->queued(r->name, agreed, begin);
     }
     if (!head.ok()) {
-      st = Status::error(Status::MISMATCH, head.error);
+      st = Status::error(head.error_kind == Response::TYPE_ERROR    ? Status::INVALID_TYPE
+                         : head.error_kind == Response::VALUE_ERROR ? Status::INVALID_VALUE
+                                                                    : Status::MISMATCH,
+                         head.error);
     } else if (!op) {
       st = Status::error(Status::INTERNAL, std::string("horovodlite: ") + op_type_name(head.op) +
                                                " is not supported by this build");

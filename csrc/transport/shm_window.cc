@@ -19,6 +19,7 @@
 
 #include "../common/env.h"
 #include "../common/logging.h"
+#include "peer_health.h"
 
 namespace hvdl {
 
@@ -223,6 +224,9 @@ void ShmWindow::check_usable() const {
 }
 
 void ShmWindow::check_peers() {
+  // A frozen peer (SIGSTOP) neither exits nor publishes: only the heartbeat can tell.
+  PeerHealth::get().check_pids(pids_);
+  PeerHealth::beat();
   for (int r = 0; r < size_; ++r) {
     if (r == rank_) continue;
     const Header* h = header(r);

@@ -42,6 +42,10 @@ class Transport {
     throw std::logic_error("this transport cannot be split into groups");
   }
 
+  // Throws (a PeerFailure, peer_health.h) when a member of this group is known to
+  // have failed; waits outside the transport (rounds, shared memory) call it.
+  virtual void check_alive() const {}
+
   // ---- wake-up: lets an idle rank sleep until a peer needs it in a round ----
   // Tell every other rank that negotiation round `round` has started.
   virtual void ring(uint64_t round) = 0;

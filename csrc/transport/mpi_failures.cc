@@ -1,0 +1,123 @@
+#include "mpi_failures.h"
+
+#include <mpi-ext.h>
+
+#include <algorithm>
+#include <mutex>
+#include <stdexcept>
+
+#include "../common/logging.h"
+#include "peer_health.h"
+
+namespace hvdl {
+namespace mpi_failures {
+
+namespace {
+std::mutex mu;
+MPI_Group world_group = MPI_GROUP_NULL;
+std::vector<MPI_Comm> owned;  // revoked at the first failure (under ULFM)
+
+void revoke_all() {
+  if (!ulfm_enabled()) return;
+  std::lock_guard<std::mutex> l(mu);
+#ifdef OMPI_HAVE_MPI_EXT_FTMPI
+  for (MPI_Comm c : owned) MPIX_Comm_revoke(c);
+  HVDL_LOG(DEBUG) << "revoked " << owned.size() << " communicators after a failure";
+#endif
+}
+}  // namespace
+
+void set_world(MPI_Comm world) {
+  std::lock_guard<std::mutex> l(mu);
+  if (world_group != MPI_GROUP_NULL) MPI_Group_free(&world_group);
+  MPI_Comm_group(world, &world_group);
+}
+
+bool ulfm_enabled() {
+#ifdef OMPI_HAVE_MPI_EXT_FTMPI
+  static int cached = -1;
+  if (cached < 0) {
+    int* val = nullptr;
+    int flag = 0;
+    MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_FT, &val, &flag);
+    cached = (flag && val && *val) ? 1 : 0;
+  }
+  return cached == 1;
+#else
+  return false;
+#endif
+}
+
+void adopt(MPI_Comm c) {
+  MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN);
+  std::lock_guard<std::mutex> l(mu);
+  owned.push_back(c);
+}
+
+void forget(MPI_Comm c) {
+  std::lock_guard<std::mutex> l(mu);
+  owned.erase(std::remove(owned.begin(), owned.end(), c), owned.end());
+}
+
+void arm_revoke() { PeerHealth::get().on_failure(revoke_all); }
+
+std::vector<int> world_ranks_of(MPI_Comm c) {
+  MPI_Group g;
+  MPI_Comm_group(c, &g);
+  int n = 0;
+  MPI_Group_size(g, &n);
+  std::vector<int> mine(n), world(n, -1);
+  for (int i = 0; i < n; ++i) mine[i] = i;
+  {
+    std::lock_guard<std::mutex> l(mu);
+    if (world_group != MPI_GROUP_NULL)
+      MPI_Group_translate_ranks(g, n, mine.data(), world_group, world.data());
+  }
+  MPI_Group_free(&g);
+  return world;
+}
+
+std::string error_string(int rc) {
+  char msg[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  if (MPI_Error_string(rc, msg, &len) != MPI_SUCCESS) return "MPI error " + std::to_string(rc);
+  return std::string(msg, len);
+}
+
+void raise(MPI_Comm c, int rc, const std::string& what) {
+  int cls = rc;
+  MPI_Error_class(rc, &cls);
+  PeerHealth& health = PeerHealth::get();
+  if (cls == MPI_ERR_PROC_FAILED || cls == MPI_ERR_PROC_FAILED_PENDING || cls == MPI_ERR_REVOKED) {
+    bool named = false;
+#ifdef OMPI_HAVE_MPI_EXT_FTMPI
+    MPI_Group failed;
+    if (c != MPI_COMM_NULL && MPIX_Comm_get_failed(c, &failed) == MPI_SUCCESS) {
+      int n = 0;
+      MPI_Group_size(failed, &n);
+      if (n > 0) {
+        std::vector<int> in(n), out(n, -1);
+        for (int i = 0; i < n; ++i) in[i] = i;
+        {
+          std::lock_guard<std::mutex> l(mu);
+          if (world_group != MPI_GROUP_NULL)
+            MPI_Group_translate_ranks(failed, n, in.data(), world_group, out.data());
+        }
+        for (int r : out) {
+          health.declare(r, "MPI reported it failed (" + error_string(rc) + " in " + what + ")");
+          named = true;
+        }
+      }
+      MPI_Group_free(&failed);
+    }
+#endif
+    if (!named && !health.any_failed())
+      health.declare(-1, error_string(rc) + " in " + what + " (a peer failed; MPI did not say which)");
+    std::string first = health.first_failure();
+    throw PeerFailure(first.empty() ? what + ": " + error_string(rc) : first);
+  }
+  throw std::runtime_error(what + ": " + error_string(rc));
+}
+
+}  // namespace mpi_failures
+}  // namespace hvdl
