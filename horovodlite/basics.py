@@ -29,6 +29,10 @@ def init(comm=None, process_sets=None):
             return
         fortran, ranks = -1, []
         if comm is None:
+            from .elastic import world as _elastic_world
+
+            comm = _elastic_world.default_comm()  # None unless in an elastic job
+        if comm is None:
             pass
         elif isinstance(comm, (list, tuple)):
             ranks = [int(r) for r in comm]
@@ -45,7 +49,13 @@ def init(comm=None, process_sets=None):
             atexit.register(shutdown)
             _state["atexit"] = True
     from . import process_sets as _ps
+    from .elastic import world as _elastic_world
 
+    if _elastic_world.must_join_sets():
+        # Spawned into a running elastic job: its sets come from the job's rank 0.
+        _ps._on_init("dynamic" if process_sets == "dynamic" else None)
+        _elastic_world.join_sets(None if process_sets == "dynamic" else process_sets)
+        return
     _ps._on_init(process_sets)
 
 

@@ -42,8 +42,10 @@ static EngineParams read_params() {
 void Engine::init(long long fortran_comm, const std::vector<int>& ranks) {
   std::lock_guard<std::mutex> l(mu_);
   if (world_) return;
+  // After a failure MPI's world is unusable, except to survivors that brought a
+  // communicator of the living (elastic training: ULFM's shrink, or a merge of it).
   std::string lost = PeerHealth::get().first_failure();
-  if (!lost.empty())
+  if (!lost.empty() && fortran_comm < 0)
     throw std::runtime_error(
         "horovodlite cannot be initialized again in this process: its MPI world lost a "
         "member (" + lost + "); MPI cannot be used after that. Start a new job.");

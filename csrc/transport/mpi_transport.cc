@@ -294,7 +294,7 @@ void finalize_at_exit() {
   // MPI_Finalize is collective in practice: after a peer was lost it can wait for
   // that peer forever. A broken world is left unfinalized; the process just exits
   // (the launcher then reports it, which is what a failed job should get).
-  if (PeerHealth::get().any_failed()) return;
+  if (PeerHealth::get().ever_failed()) return;
   int fin = 0;
   MPI_Finalized(&fin);
   if (!fin) MPI_Finalize();

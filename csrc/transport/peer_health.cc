@@ -62,6 +62,7 @@ void PeerHealth::declare(int rank, const std::string& why) {
   }
   HVDL_LOG(ERROR) << first_failure();
   any_.store(true, std::memory_order_release);
+  ever_.store(true, std::memory_order_release);
   for (auto& h : hooks) {
     try {
       h();

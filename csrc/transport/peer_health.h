@@ -43,6 +43,10 @@ class PeerHealth {
   // the first declaration per rank counts; the first of all runs the failure hooks.
   void declare(int rank, const std::string& why);
   bool any_failed() const { return any_.load(std::memory_order_acquire); }
+  // Whether any world of this process ever lost a member; reset() keeps it (elastic
+  // training re-forms the world after a failure, but MPI_Finalize may still wait for
+  // the dead process).
+  bool ever_failed() const { return ever_.load(std::memory_order_acquire); }
   bool failed(int rank) const;
   // Throws PeerFailure if one of `world_ranks` (nullptr: any rank) has failed.
   void check(const std::vector<int>* world_ranks) const {
@@ -81,6 +85,7 @@ class PeerHealth {
 
   mutable std::mutex mu_;
   std::atomic<bool> any_{false};
+  std::atomic<bool> ever_{false};
   int my_rank_ = 0;
   double timeout_s_ = 30;
   std::vector<std::string> hosts_;
