@@ -68,6 +68,7 @@ def elastic(a):
             if a.grow_at is not None and state.step == a.grow_at and hvd.rank() == 0 and a.grow_file:
                 with open(a.grow_file, "w") as f:
                     f.write("3\n")
+            time.sleep(a.step_sleep)
             t = time.time()
             train_step(state.model, state.optimizer, state.step)
             state.step += 1
@@ -127,5 +128,6 @@ if __name__ == "__main__":
     p.add_argument("--load", default=None)
     p.add_argument("--save", default=None)
     p.add_argument("--time-commits", action="store_true")
+    p.add_argument("--step-sleep", type=float, default=0.0)
     a = p.parse_args()
     (elastic if a.mode == "elastic" else plain)(a)

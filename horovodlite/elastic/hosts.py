@@ -53,8 +53,9 @@ def elastic_timeout():
     return _env_float("HOROVODLITE_ELASTIC_TIMEOUT", 600.0)
 
 
-def parse_hosts(text):
-    """`host:slots` lines (a bare host has one slot) -> {host: slots}, in order."""
+def parse_hosts(text, canonical=True):
+    """`host:slots` lines (a bare host has one slot) -> {host: slots}, in order; with
+    `canonical`, this machine is named as the engine names it."""
     hosts = {}
     for line in text.splitlines():
         line = line.split("#", 1)[0].strip()
@@ -65,7 +66,10 @@ def parse_hosts(text):
             n = int(slots)
         except ValueError:
             raise ValueError(f"host discovery: bad line {line!r} (expected host:slots)") from None
-        hosts[_canonical(name.strip())] = hosts.get(_canonical(name.strip()), 0) + n
+        name = _canonical(name.strip()) if canonical else name.strip()
+        if not name or n < 0:
+            raise ValueError(f"host discovery: bad line {line!r} (expected host:slots)")
+        hosts[name] = hosts.get(name, 0) + n
     return hosts
 
 
