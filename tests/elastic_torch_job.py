@@ -44,6 +44,11 @@ def train_step(model, opt, step):
     opt.step()
 
 
+def flat_opt(opt):
+    st = opt.state_dict()["state"]
+    return b"".join(st[k]["momentum_buffer"].numpy().tobytes() for k in sorted(st))
+
+
 def flat(model):
     return torch.cat([p.detach().reshape(-1) for p in model.parameters()]).numpy().tobytes()
 
@@ -55,16 +60,21 @@ def elastic(a):
     kills = dict(tuple(map(int, k.split(":"))) for k in a.kill.split(",")) if a.kill else {}
     me = int(os.environ.get("OMPI_COMM_WORLD_RANK", "-1"))  # -1: spawned later
     log = {"entries": [], "resets": [], "step_times": [], "errors": []}
-    state.register_reset_callbacks([lambda: log["resets"].append((hvd.rank(), hvd.size(), time.time()))])
+
+    def on_reset():
+        log["resets"].append((hvd.rank(), hvd.size(), time.time()))
+        if a.kill_in_reset is not None and me == a.kill_in_reset:
+            os.kill(os.getpid(), signal.SIGKILL)  # while the world re-forms, before the sync
+
+    state.register_reset_callbacks([on_reset])
 
     @hvd.elastic.run
     def train(state):
-        log["entries"].append((state.step, hvd.size(), time.time()))
+        log["entries"].append((state.step, hvd.size(), time.time(), flat(state.model),
+                               flat_opt(state.optimizer)))
         while state.step < a.steps:
             if kills.get(me) == state.step and hvd.size() == a.np:
                 os.kill(os.getpid(), signal.SIGKILL)
-            if a.kill_in_reset is not None and me == a.kill_in_reset and hvd.size() < a.np:
-                os.kill(os.getpid(), signal.SIGKILL)  # dies as soon as the world re-formed
             if a.grow_at is not None and state.step == a.grow_at and hvd.rank() == 0 and a.grow_file:
                 with open(a.grow_file, "w") as f:
                     f.write("3\n")
@@ -73,6 +83,7 @@ def elastic(a):
             train_step(state.model, state.optimizer, state.step)
             state.step += 1
             log["step_times"].append((state.step, hvd.size(), time.time() - t))
+            log.setdefault("trace", []).append((state.step, hash(flat(state.model))))
             if state.step % a.commit_every == 0:
                 state.commit()
 
@@ -101,15 +112,16 @@ def plain(a):
         model.load_state_dict(saved["model"])
         opt.load_state_dict(saved["opt"])
     t0 = time.time()
+    trace = []
     for step in range(a.start, a.stop):
         train_step(model, opt, step)
-        if a.commit_every and a.time_commits and (step + 1) % a.commit_every == 0:
-            pass
+        trace.append((step + 1, hash(flat(model))))
     elapsed = time.time() - t0
     if hvd.rank() == 0:
         with open(a.save, "wb") as f:
             pickle.dump({"model": model.state_dict(), "opt": opt.state_dict(),
-                         "flat": flat(model), "elapsed": elapsed}, f)
+                         "flat": flat(model), "elapsed": elapsed,
+                         "trace": trace}, f)
 
 
 if __name__ == "__main__":
