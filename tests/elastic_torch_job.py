@@ -2,7 +2,7 @@
 
     elastic:   python elastic_torch_job.py elastic OUT --steps 40 --commit-every 5
                    [--kill RANK:STEP[,RANK:STEP]] [--grow-at STEP --grow-file F]
-    reference: python elastic_torch_job.py plain OUT --start A --stop B [--load F] --save F
+    reference: python elastic_torch_job.py plain OUT --schedule 0:3,10:2 --save F
 
 Each step every rank computes its gradient on data drawn from (step, rank, size), so a
 run is determined by which world size ran which step; the plain mode replays one
@@ -104,24 +104,33 @@ def elastic(a):
 
 
 def plain(a):
+    """Replays a schedule in one job of max(sizes) ranks: before each segment every rank
+    re-initialises on the first `size` ranks (the others wait for a later segment), and
+    a segment that grows takes rank 0's model and optimizer state, as a join would."""
+    schedule = [tuple(map(int, seg.split(":"))) for seg in a.schedule.split(",")]
+    bounds = [start for start, _ in schedule[1:]] + [a.steps]
     hvd.init()
+    me = hvd.rank()
     model, opt = model_and_optimizer()
-    if a.load:
-        with open(a.load, "rb") as f:
-            saved = pickle.load(f)
-        model.load_state_dict(saved["model"])
-        opt.load_state_dict(saved["opt"])
-    t0 = time.time()
-    trace = []
-    for step in range(a.start, a.stop):
-        train_step(model, opt, step)
-        trace.append((step + 1, hash(flat(model))))
-    elapsed = time.time() - t0
-    if hvd.rank() == 0:
+    trace, member_before = [], False
+    for (start, size), stop in zip(schedule, bounds):
+        hvd.shutdown()
+        try:
+            hvd.init(comm=list(range(size)))
+        except Exception:  # not in this segment's world
+            member_before = False
+            continue
+        if not member_before or size > 1:
+            hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+            hvd.broadcast_optimizer_state(opt, root_rank=0)
+        member_before = True
+        for step in range(start, stop):
+            train_step(model, opt, step)
+            trace.append((step + 1, hash(flat(model))))
+    if me == 0:
         with open(a.save, "wb") as f:
-            pickle.dump({"model": model.state_dict(), "opt": opt.state_dict(),
-                         "flat": flat(model), "elapsed": elapsed,
-                         "trace": trace}, f)
+            pickle.dump({"flat": flat(model), "trace": trace}, f)
+    hvd.shutdown()
 
 
 if __name__ == "__main__":
@@ -135,11 +144,8 @@ if __name__ == "__main__":
     p.add_argument("--kill-in-reset", type=int, default=None)
     p.add_argument("--grow-at", type=int, default=None)
     p.add_argument("--grow-file", default=None)
-    p.add_argument("--start", type=int, default=0)
-    p.add_argument("--stop", type=int, default=0)
-    p.add_argument("--load", default=None)
+    p.add_argument("--schedule", default="0:3", help="first step:world size, ...")
     p.add_argument("--save", default=None)
-    p.add_argument("--time-commits", action="store_true")
     p.add_argument("--step-sleep", type=float, default=0.0)
     a = p.parse_args()
     (elastic if a.mode == "elastic" else plain)(a)

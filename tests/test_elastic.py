@@ -49,21 +49,17 @@ _refs = {}
 
 
 def reference(tmp_path, schedule, steps=40):
-    """Final parameters of plain training replaying `schedule` [(first step, size)...]."""
-    key = tuple(schedule)
-    if key in _refs:
-        return _refs[key]
-    bounds = [s for s, _ in schedule[1:]] + [steps]
-    saved = None
-    for i, ((start, size), stop) in enumerate(zip(schedule, bounds)):
-        f = tmp_path / f"ref{i}.pkl"
-        args = ["plain", str(tmp_path), "--start", start, "--stop", stop, "--save", f]
-        if saved:
-            args += ["--load", saved]
-        proc = launch(size, JOB, args, timeout=TIMEOUT, env=ENV)
+    """Final parameters of plain training replaying `schedule` [(first step, size)...]
+    (one job: see elastic_torch_job.plain)."""
+    key = (tuple(schedule), steps)
+    if key not in _refs:
+        f = tmp_path / "reference.pkl"
+        spec = ",".join(f"{start}:{size}" for start, size in schedule)
+        proc = launch(max(size for _, size in schedule), JOB,
+                      ["plain", tmp_path, "--schedule", spec, "--steps", steps, "--save", f],
+                      timeout=TIMEOUT, env=ENV)
         assert proc.returncode == 0, proc.stdout[-4000:]
-        saved = f
-    _refs[key] = pickle.loads(Path(saved).read_bytes())["flat"]
+        _refs[key] = pickle.loads(f.read_bytes())["flat"]
     return _refs[key]
 
 
