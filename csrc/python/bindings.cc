@@ -11,6 +11,7 @@
 #include "../engine/engine.h"
 #include "../collectives/shm_allreduce.h"
 #include "../engine/output_pool.h"
+#include "../transport/peer_health.h"
 #include "../transport/shared_arena.h"
 #include "../reduce/identity.h"
 #include "../reduce/reduce.h"
@@ -189,6 +190,8 @@ PYBIND11_MODULE(_core, m) {
     Engine::get().shutdown();
   });
   m.def("is_initialized", [] { return Engine::get().initialized(); });
+  // Whether any world of this process lost a member (then MPI must not be finalized).
+  m.def("ever_failed", [] { return PeerHealth::get().ever_failed(); });
   m.def("topology", [] {
     const Topology& t = Engine::get().topology();
     py::dict d;
