@@ -128,7 +128,7 @@ void Worker::loop() {
       if (names.size() > 8) list += " and " + std::to_string(names.size() - 8) + " more";
       why += "; process set " + std::to_string(id_) + " had in flight: " + list;
     }
-    HVDL_LOG(ERROR) << why;
+    HVDL_LOG(DEBUG) << why;
   }
   if (why.empty())
     why = queue_.shutdown_requested()
