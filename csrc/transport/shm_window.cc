@@ -249,8 +249,11 @@ void ShmWindow::check_peers() {
     }
     if (st == kClosed)
       throw std::runtime_error(who + " left while a shared-memory collective was in progress");
-    if (!process_alive(pids_[r], pidfds_[r]))
+    if (!process_alive(pids_[r], pidfds_[r])) {
+      health.declare_pid(pids_[r], "its process exited (pid " + std::to_string(pids_[r]) + ")");
+      health.check_pids(pids_);
       throw std::runtime_error(who + " exited during a shared-memory collective");
+    }
   }
 }
 
