@@ -6,6 +6,19 @@ from ._loader import _core
 
 HorovodInternalError = _core.HorovodInternalError
 
+
+class HorovodValueError(ValueError, HorovodInternalError):
+    """Arguments wrong on their face (splits, dims, roots, ...): a ValueError, as
+    Horovod raises, and a HorovodInternalError, as the name fails on every rank."""
+
+
+class HorovodTypeError(TypeError, HorovodInternalError):
+    """A dtype (or argument type) the collective does not take: a TypeError and a
+    HorovodInternalError."""
+
+
+_core._set_error_classes(HorovodValueError, HorovodTypeError)
+
 # Reduce ops: values are the core's ReduceOp enum.
 Average = 0
 Sum = 1
@@ -45,6 +58,9 @@ def init(comm=None, process_sets=None):
         _nccl.configure()  # before any GPU collective might load NCCL
         _core.init(fortran, ranks)
         _state["topology"] = _core.topology()
+        from . import _failure_notes
+
+        _failure_notes.install(_state["topology"]["rank"])
         if not _state["atexit"]:
             atexit.register(shutdown)
             _state["atexit"] = True
@@ -75,7 +91,7 @@ def is_initialized():
 def _topology():
     t = _state["topology"]
     if t is None or not _core.is_initialized():
-        raise ValueError("horovodlite has not been initialized; call hvd.init() first")
+        raise HorovodValueError("horovodlite has not been initialized; call hvd.init() first")
     return t
 
 

@@ -1,6 +1,7 @@
 #include "coordinator.h"
 
 #include <algorithm>
+#include <cstring>
 #include <sstream>
 
 #include "../common/logging.h"
@@ -68,11 +69,15 @@ Response Coordinator::validate(const Pending& p) const {
   std::string arg_errors;
   for (size_t r = 0; r < reqs.size(); ++r) {
     if (!reqs[r] || reqs[r]->error.empty()) continue;
-    const std::string& e = reqs[r]->error;
-    if (arg_errors.empty())
-      resp.error_kind = e.rfind("TypeError: ", 0) == 0    ? Response::TYPE_ERROR
-                        : e.rfind("ValueError: ", 0) == 0 ? Response::VALUE_ERROR
-                                                          : Response::INTERNAL_ERROR;
+    std::string e = reqs[r]->error;
+    int kind = Response::INTERNAL_ERROR;
+    for (auto [prefix, k] : {std::pair<const char*, int>{"TypeError: ", Response::TYPE_ERROR},
+                             {"ValueError: ", Response::VALUE_ERROR}})
+      if (e.rfind(prefix, 0) == 0) {
+        kind = k;
+        e.erase(0, std::strlen(prefix));  // the class is in the exception, not the text
+      }
+    if (arg_errors.empty()) resp.error_kind = kind;
     arg_errors += (arg_errors.empty() ? "" : "; ") + ("rank " + std::to_string(r) + ": " + e);
   }
   if (!arg_errors.empty()) {

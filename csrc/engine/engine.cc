@@ -36,6 +36,8 @@ static EngineParams read_params() {
   p.segment_bytes = static_cast<size_t>(std::max<long long>(64, env_int("RING_SEGMENT_BYTES", 1 << 20)));
   p.autotune = env_int("AUTOTUNE", 0) != 0;
   p.peer_timeout_s = env_double("PEER_TIMEOUT_SECONDS", 30);
+  // Set by horovodlite-run: where ranks note failures for its first-failure report.
+  p.failure_report_dir = env_str("FAILURE_REPORT_DIR");
   return p;
 }
 
@@ -51,6 +53,7 @@ void Engine::init(long long fortran_comm, const std::vector<int>& ranks) {
         "member (" + lost + "); MPI cannot be used after that. Start a new job.");
   params_ = read_params();
   world_ = make_mpi_world(fortran_comm, ranks);
+  PeerHealth::get().set_report_dir(params_.failure_report_dir);
   world_->watch_peers(params_.peer_timeout_s);
   const Topology& t = world_->topology();
   set_log_rank(t.rank);

@@ -11,7 +11,7 @@ void TensorQueue::push(std::unique_ptr<TensorEntry> e) {
   {
     std::lock_guard<std::mutex> l(mu_);
     const std::string& name = e->req.name;
-    if (closed_) throw std::runtime_error(closed_why_);
+    if (closed_) throw QueueClosed(closed_why_);
     if (table_.count(name))
       throw std::invalid_argument("horovodlite: a collective named '" + name +
                                   "' is already in flight on this rank; names must be unique "

@@ -8,6 +8,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -18,6 +19,12 @@
 namespace hvdl {
 
 using Clock = std::chrono::steady_clock;
+
+// push() on a queue whose background thread has stopped (shut down, or failed: a
+// peer was lost). Python sees a HorovodInternalError, like Horovod's.
+struct QueueClosed : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
 
 struct TensorEntry {
   Request req;

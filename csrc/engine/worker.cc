@@ -14,6 +14,13 @@ namespace hvdl {
 
 using namespace std::chrono;
 
+namespace {
+// A collective was given up half way (here or by a peer): the set ends on every rank.
+struct SetAbandoned : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+}  // namespace
+
 // Bytes of tensor data a response moves per rank (what the autotuner and timeline count).
 static size_t payload_bytes(const Response& r) {
   if (!r.ok() || r.op == OpType::BARRIER || r.op == OpType::JOIN) return 0;
@@ -113,6 +120,10 @@ void Worker::loop() {
     } catch (const PeerFailure& e) {
       why = e.what();
       running_ = false;
+    } catch (const SetAbandoned& e) {
+      HVDL_LOG(ERROR) << e.what();
+      why = e.what();
+      running_ = false;
     } catch (const std::exception& e) {
       HVDL_LOG(ERROR) << "process set " << id_ << ": background loop failed: " << e.what();
       why = std::string("horovodlite: background loop failed: ") + e.what();
@@ -128,7 +139,7 @@ void Worker::loop() {
       if (names.size() > 8) list += " and " + std::to_string(names.size() - 8) + " more";
       why += "; process set " + std::to_string(id_) + " had in flight: " + list;
     }
-    HVDL_LOG(ERROR) << why;
+    HVDL_LOG(DEBUG) << why;
   }
   if (why.empty())
     why = queue_.shutdown_requested()
@@ -171,6 +182,8 @@ uint64_t Worker::execute(const std::vector<Response>& responses, Timeline* tl,
                          Clock::time_point agreed) {
   uint64_t total_bytes = 0;
   std::vector<size_t> sizes;
+  std::string abandoned;
+  bool peer_failed = false;
   for (auto& group : plan_fusion(responses, params_.fusion_threshold, allreduce_.get())) {
     std::vector<std::unique_ptr<TensorEntry>> owned;
     std::vector<TensorEntry*> entries;
@@ -222,6 +235,12 @@ uint64_t Worker::execute(const std::vector<Response>& responses, Timeline* tl,
         }
         st = Status::error(Status::INTERNAL, std::string("horovodlite: ") + op_type_name(head.op) +
                                                  " '" + head.name + "' failed: " + e.what());
+        // Given up half way on this rank only, it would leave the peers waiting for
+        // data that never comes, and whatever they sent in step with the next
+        // collective: tell them, and end this set on every rank (below).
+        peer_failed = dynamic_cast<const PeerFailure*>(&e) != nullptr;
+        if (!peer_failed) transport_->abandon(st.message());
+        abandoned = st.message();
       }
     }
     if (tl) tl->executed(group, sizes, begin, Clock::now(), trace);
@@ -231,6 +250,13 @@ uint64_t Worker::execute(const std::vector<Response>& responses, Timeline* tl,
     }
     for (auto* e : entries)
       if (e) e->handle->notify();
+    if (!abandoned.empty()) {
+      // The rest of this round's groups fail with the set (its queue is closed).
+      if (peer_failed) throw PeerFailure(abandoned);
+      throw SetAbandoned(abandoned + "; process set " + std::to_string(id_) +
+                         " can run no more collectives (hvd.shutdown() and hvd.init() "
+                         "start afresh)");
+    }
   }
   stats_.bytes += total_bytes;
   return total_bytes;

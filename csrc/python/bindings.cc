@@ -56,6 +56,15 @@ void* address_of(py::handle h) {
   return array_interface(h, nullptr);
 }
 
+// Enqueues; a closed queue (shut down, or a lost peer) is a HorovodInternalError.
+int64_t submit(EnqueueArgs a) {
+  try {
+    return Engine::get().enqueue(std::move(a));
+  } catch (const QueueClosed& e) {
+    throw InternalError(e.what());
+  }
+}
+
 // The request fields every collective has. GPU tensors come with the producer's
 // cudaStream_t as an int (0 = legacy default stream); None = the tensor is ready now.
 EnqueueArgs request(OpType op, const std::string& name, int dtype, int reduce_op, double prescale,
@@ -103,7 +112,7 @@ int64_t enqueue_allreduce(const std::string& name, py::handle in, py::handle out
     a.input = array_interface(in, &a.req.shape);
   }
   a.output = in.is(out) ? const_cast<void*>(a.input) : address_of(out);
-  return Engine::get().enqueue(std::move(a));
+  return submit(std::move(a));
 }
 
 int64_t enqueue(int op, const std::string& name, py::handle in, py::handle out, int dtype,
@@ -118,7 +127,7 @@ int64_t enqueue(int op, const std::string& name, py::handle in, py::handle out, 
   a.req.error = error;
   a.input = address_of(in);
   a.output = address_of(out);
-  return Engine::get().enqueue(std::move(a));
+  return submit(std::move(a));
 }
 
 // Waits for `h` without the GIL; `release` also drops the handle, whatever the outcome

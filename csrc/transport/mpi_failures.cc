@@ -88,11 +88,15 @@ void raise(MPI_Comm c, int rc, const std::string& what) {
   int cls = rc;
   MPI_Error_class(rc, &cls);
   PeerHealth& health = PeerHealth::get();
-  if (cls == MPI_ERR_PROC_FAILED || cls == MPI_ERR_PROC_FAILED_PENDING || cls == MPI_ERR_REVOKED) {
-    bool named = false;
+  const bool failure_class = cls == MPI_ERR_PROC_FAILED || cls == MPI_ERR_PROC_FAILED_PENDING ||
+                             cls == MPI_ERR_REVOKED;
+  bool named = false;
 #ifdef OMPI_HAVE_MPI_EXT_FTMPI
+  // Under ULFM a failed request of a batch comes back as MPI_ERR_IN_STATUS: ask the
+  // communicator which members it has seen fail, whatever the code says.
+  if (c != MPI_COMM_NULL && ulfm_enabled() && (failure_class || cls == MPI_ERR_IN_STATUS)) {
     MPI_Group failed;
-    if (c != MPI_COMM_NULL && MPIX_Comm_get_failed(c, &failed) == MPI_SUCCESS) {
+    if (MPIX_Comm_get_failed(c, &failed) == MPI_SUCCESS) {
       int n = 0;
       MPI_Group_size(failed, &n);
       if (n > 0) {
@@ -104,13 +108,15 @@ void raise(MPI_Comm c, int rc, const std::string& what) {
             MPI_Group_translate_ranks(failed, n, in.data(), world_group, out.data());
         }
         for (int r : out) {
-          health.declare(r, "MPI reported it failed (" + error_string(rc) + " in " + what + ")");
+          health.declare(r, "MPI reported it failed (in " + what + ")");
           named = true;
         }
       }
       MPI_Group_free(&failed);
     }
+  }
 #endif
+  if (named || failure_class || (cls == MPI_ERR_IN_STATUS && ulfm_enabled())) {
     if (!named && !health.any_failed())
       health.declare(-1, error_string(rc) + " in " + what + " (a peer failed; MPI did not say which)");
     std::string first = health.first_failure();

@@ -36,12 +36,13 @@ void check(int rc, const char* what) {
 // No wait is without a way out: an error return (a failed peer under ULFM, a revoked
 // communicator) and a failure of one of `members` (world ranks) that PeerHealth
 // knows of both end it with a PeerFailure.
-void wait_polite(MPI_Request* reqs, int n, MPI_Comm comm, const std::vector<int>& members,
-                 const char* what) {
+// `check()` runs about every 20 us of waiting once the wait is not short: it throws
+// to end the wait (a failed member, a peer that abandoned the collective).
+template <class Check>
+void wait_polite(MPI_Request* reqs, int n, MPI_Comm comm, const char* what, Check&& check) {
   using namespace std::chrono;
   auto start = steady_clock::now();
   auto nap = microseconds(2);
-  PeerHealth& health = PeerHealth::get();
   for (;;) {
     int flag = 0;
     int rc = MPI_Testall(n, reqs, &flag, MPI_STATUSES_IGNORE);
@@ -49,7 +50,7 @@ void wait_polite(MPI_Request* reqs, int n, MPI_Comm comm, const std::vector<int>
     if (flag) return;
     auto waited = steady_clock::now() - start;
     if (waited < microseconds(20)) continue;
-    health.check(&members);
+    check();
     PeerHealth::beat();
     if (waited < microseconds(200)) {
       std::this_thread::yield();
@@ -59,6 +60,11 @@ void wait_polite(MPI_Request* reqs, int n, MPI_Comm comm, const std::vector<int>
     nap = std::min(nap * 2, microseconds(100));
   }
 }
+
+// A wake-up carrying this instead of a round number: the sender gave up a collective
+// half way (a local error during its execution), so the data stream between the
+// ranks of this set is out of step and nobody may wait on it any more.
+constexpr uint64_t kAbandoned = UINT64_MAX;
 
 class MpiTransport : public Transport {
  public:
@@ -83,8 +89,8 @@ class MpiTransport : public Transport {
       // Wake-ups may still be in flight towards us; let every rank finish sending,
       // then consume what arrived so freeing the communicator leaves nothing behind.
       if (!bell_sends_.empty())
-        wait_polite(bell_sends_.data(), static_cast<int>(bell_sends_.size()), bell_, members_,
-                    "MPI_Waitall (wake-ups)");
+        wait(bell_sends_.data(), static_cast<int>(bell_sends_.size()), bell_,
+             "MPI_Waitall (wake-ups)");
       barrier();
     } catch (const std::exception& e) {
       HVDL_LOG(DEBUG) << "closing a transport after a failure: " << e.what();
@@ -111,7 +117,21 @@ class MpiTransport : public Transport {
     MPI_Comm_free(&data_);
   }
 
-  void check_alive() const override { PeerHealth::get().check(&members_); }
+  void check_alive() const override {
+    PeerHealth::get().check(&members_);
+    if (!abandoned_.empty()) throw std::runtime_error(abandoned_);
+  }
+
+  void abandon(const std::string& why) override {
+    if (!abandoned_.empty()) return;
+    abandoned_ = "horovodlite: this process set can run no more collectives: " + why;
+    for (int p = 0; p < size_; ++p) {
+      if (p == rank_) continue;
+      MPI_Request r;
+      if (MPI_Isend(&kAbandonedValue, 1, MPI_UINT64_T, p, 0, bell_, &r) == MPI_SUCCESS)
+        MPI_Request_free(&r);  // never waited on: the peer may be gone
+    }
+  }
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
@@ -123,14 +143,13 @@ class MpiTransport : public Transport {
 
   void wait(Op op) override {
     auto [begin, end] = ops_.at(op);
-    wait_polite(reqs_.data() + begin, end - begin, data_, members_, "MPI_Waitall (data)");
+    wait(reqs_.data() + begin, end - begin, data_, "MPI_Waitall (data)");
   }
 
   void wait_all() override {
     if (!reqs_.empty()) {
       try {
-        wait_polite(reqs_.data(), static_cast<int>(reqs_.size()), data_, members_,
-                    "MPI_Waitall (data)");
+        wait(reqs_.data(), static_cast<int>(reqs_.size()), data_, "MPI_Waitall (data)");
       } catch (...) {
         // The transfers never finish: forget them, the next collective must not wait
         // on them again (a failure has been declared; this set is done).
@@ -147,7 +166,7 @@ class MpiTransport : public Transport {
     MPI_Request r;
     check(MPI_Iallreduce(MPI_IN_PLACE, words, static_cast<int>(n), MPI_UINT64_T, MPI_BAND, ctrl_, &r),
           "MPI_Iallreduce");
-    wait_polite(&r, 1, ctrl_, members_, "negotiation");
+    wait(&r, 1, ctrl_, "negotiation");
   }
 
   std::vector<std::string> gather(const std::string& mine, int root) override {
@@ -155,7 +174,7 @@ class MpiTransport : public Transport {
     std::vector<int> lens(rank_ == root ? size_ : 0), displs;
     MPI_Request r;
     check(MPI_Igather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, root, ctrl_, &r), "MPI_Igather");
-    wait_polite(&r, 1, ctrl_, members_, "negotiation");
+    wait(&r, 1, ctrl_, "negotiation");
     std::string all;
     if (rank_ == root) {
       displs.resize(size_);
@@ -166,7 +185,7 @@ class MpiTransport : public Transport {
     check(MPI_Igatherv(mine.data(), len, MPI_BYTE, all.data(), lens.data(), displs.data(),
                        MPI_BYTE, root, ctrl_, &r),
           "MPI_Igatherv");
-    wait_polite(&r, 1, ctrl_, members_, "negotiation");
+    wait(&r, 1, ctrl_, "negotiation");
     std::vector<std::string> out;
     if (rank_ == root)
       for (int i = 0; i < size_; ++i) out.emplace_back(all.substr(displs[i], lens[i]));
@@ -177,24 +196,24 @@ class MpiTransport : public Transport {
     long long len = static_cast<long long>(bytes.size());
     MPI_Request r;
     check(MPI_Ibcast(&len, 1, MPI_LONG_LONG, root, ctrl_, &r), "MPI_Ibcast");
-    wait_polite(&r, 1, ctrl_, members_, "negotiation");
+    wait(&r, 1, ctrl_, "negotiation");
     bytes.resize(static_cast<size_t>(len));
     check(MPI_Ibcast(bytes.data(), static_cast<int>(len), MPI_BYTE, root, ctrl_, &r), "MPI_Ibcast");
-    wait_polite(&r, 1, ctrl_, members_, "negotiation");
+    wait(&r, 1, ctrl_, "negotiation");
   }
 
   void barrier() override {
     MPI_Request r;
     check(MPI_Ibarrier(ctrl_, &r), "MPI_Ibarrier");
-    wait_polite(&r, 1, ctrl_, members_, "negotiation");
+    wait(&r, 1, ctrl_, "negotiation");
   }
 
   std::unique_ptr<Transport> split(int color, int key) override;
 
   void ring(uint64_t round) override {
     if (!bell_sends_.empty()) {
-      wait_polite(bell_sends_.data(), static_cast<int>(bell_sends_.size()), bell_, members_,
-                  "MPI_Waitall (wake-ups)");
+      wait(bell_sends_.data(), static_cast<int>(bell_sends_.size()), bell_,
+           "MPI_Waitall (wake-ups)");
       bell_sends_.clear();
     }
     for (int p = 0; p < size_; ++p) {
@@ -207,15 +226,19 @@ class MpiTransport : public Transport {
   }
 
   uint64_t poll_ring() override {
-    uint64_t best = 0;
+    uint64_t best = early_ring_;
+    early_ring_ = 0;
     for (;;) {
       int flag = 0;
-      int rc = MPI_Test(&bell_req_, &flag, MPI_STATUS_IGNORE);
+      MPI_Status st;
+      int rc = MPI_Test(&bell_req_, &flag, &st);
       if (rc != MPI_SUCCESS) mpi_failures::raise(bell_, rc, "MPI_Test (wake-up)");
       if (!flag) break;
+      take_bell(bell_in_, st);
       best = std::max(best, bell_in_);
       post_bell_recv();
     }
+    check_alive();
     return best;
   }
 
@@ -242,7 +265,38 @@ class MpiTransport : public Transport {
     return static_cast<Op>(ops_.size() - 1);
   }
 
+  void wait(MPI_Request* reqs, int n, MPI_Comm comm, const char* what) {
+    wait_polite(reqs, n, comm, what, [this] { watch(); });
+  }
+
+  // While waiting on the data or negotiation plane: a failed member or a peer that
+  // abandoned a collective ends the wait. Wake-ups that arrive meanwhile are kept for
+  // the next poll_ring().
+  void watch() {
+    PeerHealth::get().check(&members_);
+    for (;;) {
+      int flag = 0;
+      MPI_Status st;
+      if (MPI_Test(&bell_req_, &flag, &st) != MPI_SUCCESS || !flag) break;
+      take_bell(bell_in_, st);
+      early_ring_ = std::max(early_ring_, bell_in_);
+      post_bell_recv();
+    }
+    if (!abandoned_.empty()) throw std::runtime_error(abandoned_);
+  }
+
+  void take_bell(uint64_t& v, const MPI_Status& st) {
+    if (v != kAbandoned) return;
+    v = 0;
+    if (abandoned_.empty())
+      abandoned_ = "horovodlite: rank " + std::to_string(st.MPI_SOURCE) +
+                   " of this process set gave up a collective half way (a local error while "
+                   "it ran; see that rank's error); this process set can run no more "
+                   "collectives";
+  }
+
   bool broken() const {
+    if (!abandoned_.empty()) return true;
     PeerHealth& h = PeerHealth::get();
     if (!h.any_failed()) return false;
     try {
@@ -255,6 +309,9 @@ class MpiTransport : public Transport {
 
   MPI_Comm data_, ctrl_, bell_;
   std::vector<int> members_;  // world ranks, by rank in this group
+  std::string abandoned_;     // non-empty: a collective was given up half way
+  uint64_t early_ring_ = 0;   // a wake-up seen while waiting on something else
+  static inline uint64_t kAbandonedValue = kAbandoned;
   int rank_ = 0, size_ = 1;
   std::vector<MPI_Request> reqs_;
   std::vector<std::pair<int, int>> ops_;

@@ -1,6 +1,8 @@
 #include "peer_health.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <ctime>
 
 #include "../common/logging.h"
 
@@ -53,6 +55,18 @@ void PeerHealth::declare(int rank, const std::string& why) {
       if (!unknown_why_.empty()) return;
       unknown_why_ = msg;
     }
+    if (!report_dir_.empty()) {
+      // "detected <unix time> <failed rank> <host> <why>": what the launcher reads.
+      std::string path = report_dir_ + "/detected.rank" + std::to_string(my_rank_);
+      if (FILE* f = std::fopen(path.c_str(), "a")) {
+        timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        std::fprintf(f, "detected %.6f %d %s %s\n", ts.tv_sec + ts.tv_nsec * 1e-9, rank,
+                     rank >= 0 && rank < static_cast<int>(hosts_.size()) ? hosts_[rank].c_str() : "?",
+                     why.c_str());
+        std::fclose(f);
+      }
+    }
     if (!first_.empty()) {
       HVDL_LOG(WARNING) << msg;
       return;
@@ -70,6 +84,16 @@ void PeerHealth::declare(int rank, const std::string& why) {
       HVDL_LOG(WARNING) << "after a peer failure: " << e.what();
     }
   }
+}
+
+void PeerHealth::declare_pid(int pid, const std::string& why) {
+  int rank = -1;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    for (size_t r = 0; r < pids_.size(); ++r)
+      if (pids_[r] == pid && hosts_[r] == hosts_[my_rank_]) rank = static_cast<int>(r);
+  }
+  if (rank >= 0) declare(rank, why);
 }
 
 bool PeerHealth::failed(int rank) const {

@@ -33,6 +33,12 @@ class PeerHealth {
   // timeout after which a silent peer is declared dead. Forgets earlier failures.
   void reset(int my_rank, std::vector<std::string> hosts, std::vector<int> pids,
              double timeout_s);
+  // Where each declared failure is also written (one line per failure, for the
+  // launcher's first-failure report); "" = nowhere.
+  void set_report_dir(const std::string& dir) {
+    std::lock_guard<std::mutex> l(mu_);
+    report_dir_ = dir;
+  }
   double timeout_s() const { return timeout_s_; }
   int my_rank() const { return my_rank_; }
   int size() const { return static_cast<int>(hosts_.size()); }
@@ -42,6 +48,9 @@ class PeerHealth {
   // Declares `rank` failed (-1: an unknown rank, e.g. a revoked communicator). Only
   // the first declaration per rank counts; the first of all runs the failure hooks.
   void declare(int rank, const std::string& why);
+  // declare() for the rank whose process is `pid` on this host (shared-memory windows
+  // know their peers by pid); nothing if no rank has that pid.
+  void declare_pid(int pid, const std::string& why);
   bool any_failed() const { return any_.load(std::memory_order_acquire); }
   // Whether any world of this process ever lost a member; reset() keeps it (elastic
   // training re-forms the world after a failure, but MPI_Finalize may still wait for
@@ -93,6 +102,7 @@ class PeerHealth {
   std::vector<std::string> why_;  // per rank, "" while healthy
   std::string unknown_why_;       // a failure of a rank we could not tell
   std::string first_;
+  std::string report_dir_;
   std::vector<std::function<void()>> hooks_;
 
   struct Slot {

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from . import failure_report
+
 LOG_LEVELS = ("trace", "debug", "info", "warning", "error", "fatal")
 
 # Forwarded to every rank (also on other hosts) when set here.
@@ -261,18 +263,37 @@ def main(argv=None):
         print(report(find_mpirun_or_none(args.mpirun)))
         return 0
     env = job_env(args)
+    folder = failure_report.make_folder()
+    env.setdefault(failure_report.ENV, folder)
+    shm = None
+    if not (args.hosts or args.hostfile) and "OMPI_MCA_btl_sm_backing_directory" not in env:
+        # OpenMPI's shared-memory segments stay in /dev/shm when a rank is killed (or a
+        # broken world is not finalized): keep them in a folder of ours, removed below.
+        shm = failure_report.make_shm_folder()
+        if shm:
+            env["OMPI_MCA_btl_sm_backing_directory"] = shm
     try:
-        cmd = build_command(args, env)
-    except FileNotFoundError as e:
-        print(e, file=sys.stderr)
-        return 127
-    if args.verbose:
-        print("horovodlite-run: " + shlex.join(cmd), file=sys.stderr, flush=True)
-    rc = run_job(cmd, env)
-    if rc != 0:
-        print(f"horovodlite-run: the job failed with exit code {rc}; mpirun's report above names "
-              "the first rank that failed, and its output precedes it", file=sys.stderr, flush=True)
-    return rc
+        try:
+            cmd = build_command(args, env)
+        except FileNotFoundError as e:
+            print(e, file=sys.stderr)
+            return 127
+        if args.verbose:
+            print("horovodlite-run: " + shlex.join(cmd), file=sys.stderr, flush=True)
+        rc = run_job(cmd, env)
+        first = failure_report.first_failure(env[failure_report.ENV])
+        if rc != 0:
+            print(f"horovodlite-run: the job failed with exit code {rc}: "
+                  + (first or "mpirun's report above names the first rank that failed, and its "
+                     "output precedes it"), file=sys.stderr, flush=True)
+        elif first:  # e.g. under ULFM the survivors may carry on and end well
+            print(f"horovodlite-run: the job ended with exit code 0 after a failure: {first}",
+                  file=sys.stderr, flush=True)
+        return rc
+    finally:
+        failure_report.remove_folder(folder)
+        if shm:
+            failure_report.remove_folder(shm)
 
 
 def find_mpirun_or_none(explicit=None):
