@@ -74,6 +74,8 @@ def elastic(a):
                                flat_opt(state.optimizer)))
         while state.step < a.steps:
             if kills.get(me) == state.step and hvd.size() == a.np:
+                with open(os.path.join(a.out, "killed_at"), "w") as f:
+                    f.write(repr(time.time()))
                 os.kill(os.getpid(), signal.SIGKILL)
             if a.grow_at is not None and state.step == a.grow_at and hvd.rank() == 0 and a.grow_file:
                 with open(a.grow_file, "w") as f:

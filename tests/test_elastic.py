@@ -81,6 +81,18 @@ def test_kill_one_of_three(tmp_path, victim):
     params = {f[3] for f in finals(logs)}
     assert len(params) == 1, "survivors differ"
     assert params.pop() == reference(tmp_path, [(0, 3), (10, 2)])
+    report_times(tmp_path / "run", logs, f"kill rank {victim} of 3")
+
+
+def report_times(out, logs, what):
+    """Printed, never asserted: kill -> HorovodInternalError on each survivor, and the
+    reset (shutdown, shrink, engine start, process sets) until train() ran again."""
+    killed = float((out / "killed_at").read_text())
+    for log in logs:
+        failed = log["stats"]["last_failure_at"]
+        back = log["entries"][-1][2]
+        print(f"\n[elastic times] {what}: detection {failed - killed:.3f} s, re-forming "
+              f"{log['stats']['last_reset_s']:.3f} s, failure to training again {back - failed:.3f} s")
 
 
 def test_grows_when_discovery_adds_a_slot(tmp_path):

@@ -23,7 +23,9 @@ log = logging.getLogger("horovodlite.elastic")
 # Attempts at re-forming the world when more peers fail while it re-forms.
 _REFORM_ATTEMPTS = 5
 
-stats = {"resets": 0, "last_reset_s": None, "last_error": None}
+# For logs and measurements: resets done, the last one's duration, when the last failure
+# surfaced here (time.time()) and its message.
+stats = {"resets": 0, "last_reset_s": None, "last_error": None, "last_failure_at": None}
 
 
 def _errors():
@@ -100,6 +102,7 @@ def run_fn(func, reset_fn=reset):
                     state.sync()
                 return func(state, *args, **kwargs)
             except HorovodInternalError as e:
+                stats["last_failure_at"] = time.time()
                 world.mark_lost()
                 stats["last_error"] = str(e)
                 state.restore()

@@ -137,23 +137,24 @@ def reform(process_sets=None):
     return old_rank
 
 
-def grow(count, hosts=(), process_sets=None):
-    """Spawns `count` new processes running this command (on `hosts`, a list with one
-    host name per process, where given) and starts the engine on the merged world.
-    Collective over the current world."""
-    from .. import basics
-
-    MPI = mpi()
-    base = comm()
-    basics.shutdown()
-    if count <= 0:
-        _restart(base, process_sets, base.Get_rank())
-        return
+def _spawn_info(MPI, hosts):
+    """Where to start them: this machine is in mpirun's allocation already (and is
+    'localhost' to it); other hosts are added to the allocation."""
     info = MPI.Info.Create()
     info.Set("wdir", os.getcwd())
-    if hosts:
-        info.Set("host", ",".join(hosts))
-        info.Set("add-host", ",".join(sorted(set(hosts))))
+    me = host_name()
+    names = ["localhost" if h == me else h for h in hosts]
+    if any(n != "localhost" for n in names):
+        info.Set("host", ",".join(names))
+        info.Set("PMIX_ADD_HOST", ",".join(sorted({n for n in names if n != "localhost"})))
+    return info
+
+
+def _spawn_and_merge(base, count, hosts):
+    """MPI_Comm_spawn of `count` processes running this command, merged with `base`
+    (collective over `base`; the new processes merge from their hvd.init())."""
+    MPI = mpi()
+    info = _spawn_info(MPI, hosts)
     argv = list(getattr(sys, "orig_argv", [sys.executable] + sys.argv))[1:]
     try:
         inter = base.Spawn(sys.executable, args=argv, maxprocs=count, root=0, info=info)
@@ -162,7 +163,23 @@ def grow(count, hosts=(), process_sets=None):
     inter.Set_errhandler(MPI.ERRORS_RETURN)
     merged = inter.Merge(high=False)
     merged.Set_errhandler(MPI.ERRORS_RETURN)
-    _restart(merged, process_sets, base.Get_rank())
+    return merged
+
+
+def grow(count, hosts=(), process_sets=None):
+    """Spawns `count` new processes running this command (on `hosts`, one host name per
+    process, where given) and starts the engine on the merged world, waiting for them.
+    Collective over the current world. (Spawning from a background thread while the
+    engine runs, so training would go on while they start, crashed OpenMPI 5.0's
+    progress engine: the old ranks wait here instead.)"""
+    from .. import basics
+
+    base = comm()
+    basics.shutdown()
+    if count <= 0:
+        _restart(base, process_sets, base.Get_rank())
+        return
+    _restart(_spawn_and_merge(base, count, hosts), process_sets, base.Get_rank())
 
 
 def _recreate_sets(process_sets):
