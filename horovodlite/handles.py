@@ -103,6 +103,11 @@ def announce_failure(exc, names, op, process_set=0, group="", group_size=0):
     internal = _error_classes()[0]
     if isinstance(exc, internal) and not getattr(exc, "_hvdl_local", False):
         return exc  # from the core or the peers: the name already failed everywhere
+    if isinstance(exc, ValueError) and "is already in flight on this rank" in str(exc):
+        # The core refused a second request under a name in flight: the first one is
+        # what the peers match, and it may even be done by now (announcing would then
+        # leave a stray request under that name).
+        return as_horovod_error(exc)
     done = set(getattr(exc, "_hvdl_announced", ()))
     set_id = process_set if isinstance(process_set, int) else (
         getattr(process_set, "process_set_id", None) or 0)
