@@ -32,14 +32,19 @@ import numpy as np
 import horovodlite as hvd
 
 out_dir, mode = sys.argv[1], sys.argv[2]
+if mode.endswith("-remote"):  # every rank on a "host" of its own: no pidfd, no shm
+    os.environ["HOROVODLITE_HOSTNAME_OVERRIDE"] = "h" + os.environ["OMPI_COMM_WORLD_RANK"]
+    mode = mode[:-len("-remote")]
 hvd.init()
 r = hvd.rank()
 victim = hvd.size() - 1
 result = {"rank": r, "pid": os.getpid()}
 
 def save():
-    with open(os.path.join(out_dir, f"rank{r}.json"), "w") as f:
+    path = os.path.join(out_dir, f"rank{r}.json")
+    with open(path + ".tmp", "w") as f:
         json.dump(result, f)
+    os.replace(path + ".tmp", path)  # whole or not at all: mpirun may end us any time
 
 hvd.allreduce(np.ones(4), name="warm")  # everyone is up
 if mode in ("kill", "stop") and r == victim:
@@ -72,8 +77,15 @@ if mode in ("kill", "stop", "raise"):
         result["after"] = "ok"
     except hvd.HorovodInternalError as e:
         result["after"] = str(e)
-    t = time.time()
     save()
+    # The first survivor to exit ends the job under the default launcher: let every
+    # survivor report first (bounded).
+    deadline = time.time() + 15
+    while time.time() < deadline and not all(
+            os.path.exists(os.path.join(out_dir, f"rank{q}.json")) for q in range(hvd.size())
+            if q != (1 if mode == "raise" else victim)):
+        time.sleep(0.05)
+    t = time.time()
     hvd.shutdown()
     result["shutdown_s"] = time.time() - t
     save()
@@ -191,6 +203,8 @@ def _check_survivors(mode, results, victim, out):
     ("kill", ""),                   # the default launcher ends the job
     ("kill", "--with-ft ulfm"),     # survivors left alive: they must find out themselves
     ("stop", ""),                   # a frozen peer: only the heartbeat can tell
+    ("stop-remote", ""),            # ... on another host
+    ("kill-remote", "--with-ft ulfm"),  # a dead peer on another host: MPI's error reports
 ])
 def test_dead_or_frozen_rank(tmp_path, mode, mpi_args):
     rc, out, results, wall, fault_time = _launch(tmp_path, mode, mpi_args)
@@ -210,7 +224,7 @@ def test_dead_or_frozen_rank(tmp_path, mode, mpi_args):
         return
     _check_survivors(row, results, 2, out)
     assert worst <= PEER_TIMEOUT + 3, (row, worst)  # generous: the machine is shared
-    if mode == "stop":
+    if mode.startswith("stop"):
         assert "no heartbeat" in results[0]["first_error"], results[0]
     for r in (0, 1):  # the tensors in flight are named (the running one, or the list)
         assert "'large'" in results[r]["first_error"], results[r]
@@ -306,6 +320,8 @@ def test_ctrl_c_and_alarm_in_a_blocked_wait():
 _LOCAL_ERRORS = """
 import torch
 import horovodlite.torch as hvt
+import jax.numpy as jnp
+import horovodlite.jax as hvj
 
 CASES = {
     # name: (what rank 1 passes, what the others pass); each must fail on every rank
@@ -322,6 +338,8 @@ CASES = {
     "torch_not_a_tensor": lambda bad: hvt.allgather([1, 2] if bad else torch.ones(2)),
     "torch_bad_splits": lambda bad: hvt.alltoall(torch.arange(6.0), splits=torch.tensor([1, 1] if bad else [2, 2, 2])),
     "torch_grouped": lambda bad: hvt.grouped_allreduce([torch.ones(2), torch.ones(2, dtype=torch.complex64) if bad else torch.ones(2)]),
+    "jax_complex64": lambda bad: hvj.allreduce(jnp.ones(3, jnp.complex64 if bad else jnp.float32)),
+    "jax_grouped": lambda bad: hvj.grouped_allreduce([jnp.ones(2), jnp.ones(2, jnp.complex64) if bad else jnp.ones(2)]),
 }
 
 def main(hvd):
@@ -346,7 +364,7 @@ _EXPECTED = {"np_complex64": TypeError, "np_object": TypeError, "np_str": TypeEr
              "np_non_contiguous_in_place": ValueError, "np_bad_op": None,
              "np_group_member": TypeError, "torch_complex64": TypeError,
              "torch_not_a_tensor": TypeError, "torch_bad_splits": ValueError,
-             "torch_grouped": TypeError}
+             "torch_grouped": TypeError, "jax_complex64": TypeError, "jax_grouped": TypeError}
 
 
 def test_local_errors_fail_the_name_on_every_rank():
