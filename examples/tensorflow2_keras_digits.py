@@ -1,17 +1,20 @@
-"""Keras 3 model.fit on scikit-learn's digits, data-parallel with horovodlite: each rank
+"""Keras model.fit on scikit-learn's digits, data-parallel with horovodlite: each rank
 trains on its shard; DistributedOptimizer averages gradients, the callbacks start every
 rank from rank 0's weights, average the epoch metrics and warm the learning rate up.
 
     horovodlite-run -np 2 python examples/tensorflow2_keras_digits.py
     (or: mpirun -np 2 python examples/tensorflow2_keras_digits.py)
+
+Keras is `tf.keras`, as in Horovod's examples: Keras 3, or Keras 2 (tf_keras) with
+TF_USE_LEGACY_KERAS=1 in the environment.
 """
 import argparse
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import keras  # noqa: E402
 import numpy as np  # noqa: E402
+from tensorflow import keras  # noqa: E402
 from sklearn.datasets import load_digits  # noqa: E402
 from sklearn.model_selection import train_test_split  # noqa: E402
 

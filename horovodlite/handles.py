@@ -37,24 +37,24 @@ def auto_name(kind, name, process_set=None):
 # name on the way out, so unnamed collectives' counters advance the same on every
 # rank whatever fails.
 
-_local = threading.local()
+class _Call(threading.local):
+    """The collective being submitted on this thread (class attributes: the defaults
+    every thread starts with). Kept cheap: a submission on the hot path pays for two
+    attribute stores and a list."""
+    active = False
+    names = None
+    group = ""
+    group_size = 0
+
+
+_local = _Call()
 _orphans = []  # (handle, objects to keep alive): requests no caller will synchronize
-
-
-class _Call:
-    __slots__ = ("names", "group", "group_size")
-
-    def __init__(self):
-        self.names = []
-        self.group = ""
-        self.group_size = 0
 
 
 def named(name):
     """Notes `name` as taken by the collective being submitted on this thread."""
-    call = getattr(_local, "call", None)
-    if call is not None:
-        call.names.append(name)
+    if _local.active:
+        _local.names.append(name)
     return name
 
 
@@ -62,8 +62,8 @@ def expect_group(base, names, core_group=True):
     """The call submits `names` under the base name `base` (as one core group unless
     `core_group` is False): all of them must reach the peers, failed or not, or the
     peers wait for the missing ones."""
-    call = getattr(_local, "call", None)
-    if call is not None:
+    call = _local
+    if call.active:
         if core_group:
             call.group, call.group_size = base, len(names)
         call.names = [n for n in call.names if n != base] + list(names)
@@ -103,6 +103,11 @@ def announce_failure(exc, names, op, process_set=0, group="", group_size=0):
     internal = _error_classes()[0]
     if isinstance(exc, internal) and not getattr(exc, "_hvdl_local", False):
         return exc  # from the core or the peers: the name already failed everywhere
+    if isinstance(exc, ValueError) and "is already in flight on this rank" in str(exc):
+        # The core refused a second request under a name in flight: the first one is
+        # what the peers match, and it may even be done by now (announcing would then
+        # leave a stray request under that name).
+        return as_horovod_error(exc)
     done = set(getattr(exc, "_hvdl_announced", ()))
     set_id = process_set if isinstance(process_set, int) else (
         getattr(process_set, "process_set_id", None) or 0)
@@ -144,10 +149,10 @@ def collective(op, kind, namer=None, grouped=False, core_group=True, active=None
 
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
-            outer = getattr(_local, "call", None)
-            if outer is not None or (active is not None and not active()):
+            call = _local
+            if call.active or (active is not None and not active()):
                 return fn(*args, **kwargs)  # inside another collective's call: it answers
-            call = _local.call = _Call()
+            call.active, call.names, call.group, call.group_size = True, [], "", 0
             try:
                 return fn(*args, **kwargs)
             except Exception as e:
@@ -169,7 +174,7 @@ def collective(op, kind, namer=None, grouped=False, core_group=True, active=None
                 err = announce_failure(e, names, op, ps, call.group, call.group_size)
                 raise err from None if err is not e else e.__cause__
             finally:
-                _local.call = None
+                call.active = False
         return wrapper
     return deco
 

@@ -32,14 +32,19 @@ import numpy as np
 import horovodlite as hvd
 
 out_dir, mode = sys.argv[1], sys.argv[2]
+if mode.endswith("-remote"):  # every rank on a "host" of its own: no pidfd, no shm
+    os.environ["HOROVODLITE_HOSTNAME_OVERRIDE"] = "h" + os.environ["OMPI_COMM_WORLD_RANK"]
+    mode = mode[:-len("-remote")]
 hvd.init()
 r = hvd.rank()
 victim = hvd.size() - 1
 result = {"rank": r, "pid": os.getpid()}
 
 def save():
-    with open(os.path.join(out_dir, f"rank{r}.json"), "w") as f:
+    path = os.path.join(out_dir, f"rank{r}.json")
+    with open(path + ".tmp", "w") as f:
         json.dump(result, f)
+    os.replace(path + ".tmp", path)  # whole or not at all: mpirun may end us any time
 
 hvd.allreduce(np.ones(4), name="warm")  # everyone is up
 if mode in ("kill", "stop") and r == victim:
@@ -72,8 +77,15 @@ if mode in ("kill", "stop", "raise"):
         result["after"] = "ok"
     except hvd.HorovodInternalError as e:
         result["after"] = str(e)
-    t = time.time()
     save()
+    # The first survivor to exit ends the job under the default launcher: let every
+    # survivor report first (bounded).
+    deadline = time.time() + 15
+    while time.time() < deadline and not all(
+            os.path.exists(os.path.join(out_dir, f"rank{q}.json")) for q in range(hvd.size())
+            if q != (1 if mode == "raise" else victim)):
+        time.sleep(0.05)
+    t = time.time()
     hvd.shutdown()
     result["shutdown_s"] = time.time() - t
     save()
@@ -191,6 +203,8 @@ def _check_survivors(mode, results, victim, out):
     ("kill", ""),                   # the default launcher ends the job
     ("kill", "--with-ft ulfm"),     # survivors left alive: they must find out themselves
     ("stop", ""),                   # a frozen peer: only the heartbeat can tell
+    ("stop-remote", ""),            # ... on another host
+    ("kill-remote", "--with-ft ulfm"),  # a dead peer on another host: MPI's error reports
 ])
 def test_dead_or_frozen_rank(tmp_path, mode, mpi_args):
     rc, out, results, wall, fault_time = _launch(tmp_path, mode, mpi_args)
@@ -210,7 +224,7 @@ def test_dead_or_frozen_rank(tmp_path, mode, mpi_args):
         return
     _check_survivors(row, results, 2, out)
     assert worst <= PEER_TIMEOUT + 3, (row, worst)  # generous: the machine is shared
-    if mode == "stop":
+    if mode.startswith("stop"):
         assert "no heartbeat" in results[0]["first_error"], results[0]
     for r in (0, 1):  # the tensors in flight are named (the running one, or the list)
         assert "'large'" in results[r]["first_error"], results[r]
@@ -238,11 +252,12 @@ def test_rank_that_skips_a_tensor_with_stall_shutdown():
                 hvd.allreduce(np.ones(3), name="skipped")
             except hvd.HorovodInternalError as e:
                 err = str(e)
+            took = time.time() - t
         else:
             time.sleep(3)  # the skipping rank's next tensor must not stall itself
         # the job goes on afterwards
         z = hvd.allreduce(np.ones(3), op=hvd.Sum, name="z")
-        return err, time.time() - t, z.tolist()
+        return err, took if hvd.rank() != 1 else 0.0, z.tolist()
     """, env={"HOROVODLITE_STALL_SHUTDOWN_TIME_SECONDS": "2",
               "HOROVODLITE_STALL_CHECK_TIME_SECONDS": "1"}, timeout=120)
     worst = 0.0
@@ -306,6 +321,8 @@ def test_ctrl_c_and_alarm_in_a_blocked_wait():
 _LOCAL_ERRORS = """
 import torch
 import horovodlite.torch as hvt
+import jax.numpy as jnp
+import horovodlite.jax as hvj
 
 CASES = {
     # name: (what rank 1 passes, what the others pass); each must fail on every rank
@@ -322,6 +339,8 @@ CASES = {
     "torch_not_a_tensor": lambda bad: hvt.allgather([1, 2] if bad else torch.ones(2)),
     "torch_bad_splits": lambda bad: hvt.alltoall(torch.arange(6.0), splits=torch.tensor([1, 1] if bad else [2, 2, 2])),
     "torch_grouped": lambda bad: hvt.grouped_allreduce([torch.ones(2), torch.ones(2, dtype=torch.complex64) if bad else torch.ones(2)]),
+    "jax_complex64": lambda bad: hvj.allreduce(jnp.ones(3, jnp.complex64 if bad else jnp.float32)),
+    "jax_grouped": lambda bad: hvj.grouped_allreduce([jnp.ones(2), jnp.ones(2, jnp.complex64) if bad else jnp.ones(2)]),
 }
 
 def main(hvd):
@@ -346,7 +365,7 @@ _EXPECTED = {"np_complex64": TypeError, "np_object": TypeError, "np_str": TypeEr
              "np_non_contiguous_in_place": ValueError, "np_bad_op": None,
              "np_group_member": TypeError, "torch_complex64": TypeError,
              "torch_not_a_tensor": TypeError, "torch_bad_splits": ValueError,
-             "torch_grouped": TypeError}
+             "torch_grouped": TypeError, "jax_complex64": TypeError, "jax_grouped": TypeError}
 
 
 def test_local_errors_fail_the_name_on_every_rank():
@@ -368,3 +387,49 @@ def test_local_errors_fail_the_name_on_every_rank():
             if rank != 1:  # the others name the rank that refused, and why
                 assert "rank 1" in msg, (rank, name, msg)
     print(f"\nFAULT-ROW local errors on one rank ({len(_EXPECTED)} kinds): job {time.time() - t:.1f} s")
+
+
+def test_collective_given_up_half_way_on_one_rank():
+    """Rank 1 cannot allocate an allgather's output (an address-space limit of its own),
+    so the collective fails there while it runs: the peers must not wait for its data,
+    the set ends on every rank with an error, and shutdown() + init() start afresh."""
+    results = run(3, """
+    import resource, time
+    def main(hvd):
+        out = {}
+        x = np.ones((1 << 20,), np.float32)  # 4 MiB per rank
+        hvd.allgather(x, name="warm")
+        if hvd.rank() == 1:
+            soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+            with open("/proc/self/statm") as f:
+                used = int(f.read().split()[0]) * resource.getpagesize()
+            resource.setrlimit(resource.RLIMIT_AS, (used + (64 << 20), hard))
+        t = time.time()
+        try:
+            hvd.allgather(np.ones((64 << 20,), np.uint8), name="huge")  # 192 MiB out
+            out["huge"] = None
+        except hvd.HorovodInternalError as e:
+            out["huge"] = str(e)
+        out["took"] = time.time() - t
+        if hvd.rank() == 1:
+            resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+        try:
+            hvd.allreduce(np.ones(2), name="next")
+            out["next"] = None
+        except hvd.HorovodInternalError as e:
+            out["next"] = str(e)
+        hvd.shutdown()
+        hvd.init()
+        out["again"] = hvd.allreduce(np.ones(2), op=hvd.Sum, name="again").tolist()
+        return out
+    """, timeout=120)
+    worst = 0.0
+    for r, out in enumerate(results):
+        assert out["huge"] is not None, (r, out)
+        assert "huge" in out["huge"], (r, out)
+        if r != 1:
+            assert "rank 1" in out["huge"] and "gave up" in out["huge"], (r, out)
+        assert out["next"] and "can run no more collectives" in out["next"], (r, out)
+        assert out["again"] == [3.0, 3.0], (r, out)
+        worst = max(worst, out["took"])
+    print(f"\nFAULT-ROW collective given up half way on one rank: worst detection {worst:.2f} s")

@@ -179,8 +179,8 @@ def test_jax_collectives_eager_and_jit():
         x = np.arange(5.0) + r
         m = (np.arange(5.0) ** 2 + (np.arange(5.0) + 1) ** 2) / 2
         np.testing.assert_allclose(res[r]["grad_avg"], np.cos(m) * 2 * x, rtol=1e-5)
-        # broadcast's adjoint: all ranks' cotangents land on the root, zero elsewhere
-        want = np.full(5, 1.0 + 2.0) if r == 0 else np.zeros(5)
+        # broadcast's gradient (Horovod's): the root gets the ranks' average cotangent
+        want = np.full(5, (1.0 + 2.0) / N) if r == 0 else np.zeros(5)
         np.testing.assert_allclose(res[r]["grad_bcast"], want)
     np.testing.assert_allclose(r0["jvp"][0], s)
     np.testing.assert_allclose(r0["jvp"][1], np.full(5, 3.0))
@@ -233,6 +233,16 @@ def main(hvd):
         jnp.ones((4, 2))))
     out["g_a2a"] = np.asarray(J(jax.grad(lambda x: jnp.sum(hj.alltoall(x)[0] * jnp.arange(4.0)[:, None])))(
         jnp.ones((4, 2))))
+    out["g_rs_avg_scaled"] = np.asarray(J(jax.grad(lambda x: jnp.sum(hj.reducescatter(
+        x, prescale_factor=0.5, postscale_factor=3.0) * (r + 1))))(jnp.ones((4, 2))))
+    out["g_rs_eager"] = np.asarray(jax.grad(lambda x: jnp.sum(hj.reducescatter(x, op=hj.Sum) * (r + 1)))(
+        jnp.ones((4, 2))))
+    out["g_grs"] = np.asarray(J(jax.grad(lambda x: sum(jnp.sum(v * (r + 1)) for v in hj.grouped_reducescatter(
+        [x, 2.0 * x], op=hj.Sum))))(jnp.ones((4, 2))))
+    out["g_gar"] = np.asarray(J(jax.grad(lambda x: sum(jnp.sum(v * (r + 1)) for v in hj.grouped_allreduce(
+        [x, 2.0 * x], op=hj.Sum, prescale_factor=0.5))))(jnp.ones((4, 2))))
+    out["g_gag"] = np.asarray(J(jax.grad(lambda x: sum(jnp.sum(v) for v in jax.tree_util.tree_map(
+        lambda a, p: a ** p, hj.grouped_allgather([x, 3.0 * x]), [2, 1]))))(w))
     # vmap over a dim-0 collective: batch axis is not the rank axis
     out["vmap_ag"] = np.asarray(J(jax.vmap(lambda x: hj.allgather(x)))(jnp.ones((3, 2, 2)) * r))
     try:
@@ -279,10 +289,21 @@ def test_jax_dim0_collectives():
         np.testing.assert_array_equal(o["gag"]["i"], [0, 1, 2, 1, 2, 3])
         np.testing.assert_array_equal(o["gbc"]["f"], 2 * np.arange(8.0).reshape(4, 2))
         np.testing.assert_array_equal(o["gbc"]["i"], [1, 2, 3])
-        # sum_r' sum(allgather(x)^2): d/dx_r = N * 2 x_r
-        np.testing.assert_array_equal(o["g_ag"], N * 2 * (np.arange(4.0).reshape(2, 2) + r))
-        # sum_r' (r'+1) * reducescatter(x)_r': d/dx_r = row weights (r'+1) of the owner
-        np.testing.assert_array_equal(o["g_rs"], np.repeat([[1.0], [1.0], [2.0], [2.0]], 2, 1))
+        # Horovod's gradients. allgather: this rank's rows of the ranks' average
+        # cotangent; loss_r' = sum(allgather(x)^2) gives 2 x_r on every rank.
+        wr = np.arange(4.0).reshape(2, 2) + r
+        np.testing.assert_array_equal(o["g_ag"], 2 * wr)
+        np.testing.assert_array_equal(o["g_gag"], 2 * wr + 3.0)
+        # reducescatter: the allgather of the cotangents ((r'+1) on rank r's rows), times
+        # the set size for Sum, times the scale factors.
+        owner = np.repeat([[1.0], [1.0], [2.0], [2.0]], 2, 1)
+        np.testing.assert_array_equal(o["g_rs"], N * owner)
+        np.testing.assert_array_equal(o["g_rs_eager"], N * owner)
+        np.testing.assert_allclose(o["g_rs_avg_scaled"], 1.5 * owner)
+        np.testing.assert_array_equal(o["g_grs"], 3.0 * N * owner)
+        # grouped allreduce: the same op and scale on the cotangents, (1 + 2) * 0.5 per
+        # member, the second member counted twice.
+        np.testing.assert_allclose(o["g_gar"], np.full((4, 2), 3 * 1.5))
         # output row j of every rank is weighted j; row i of rank r's input lands on
         # rank i // 2 as row 2r + i % 2, so its gradient is that weight
         np.testing.assert_array_equal(
@@ -343,9 +364,10 @@ def test_jax_errors_raise_on_every_rank():
         assert "'shape'" in out["jit_shape"][1] and "(3,)" in out["jit_shape"][1]
         assert "(4,)" in out["jit_shape"][1]
         assert "float32" in out["jit_dtype"][1] and "int32" in out["jit_dtype"][1]
-        assert out["unsupported"][0] == "TypeError" and "uint32" in out["unsupported"][1]
-        assert out["bool_allreduce"][0] == "TypeError"
-        assert out["bad_root"][0] == "ValueError"
+        # eager errors are ours too: HorovodTypeError / HorovodValueError subclass both
+        assert out["unsupported"][0].endswith("TypeError") and "uint32" in out["unsupported"][1]
+        assert out["bool_allreduce"][0].endswith("TypeError")
+        assert out["bad_root"][0].endswith("ValueError")
         np.testing.assert_array_equal(out["after"], [2.0, 2.0])
 
 

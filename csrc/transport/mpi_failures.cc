@@ -3,6 +3,8 @@
 #include <mpi-ext.h>
 
 #include <algorithm>
+#include <chrono>
+#include <thread>
 #include <mutex>
 #include <stdexcept>
 
@@ -15,6 +17,7 @@ namespace mpi_failures {
 namespace {
 std::mutex mu;
 MPI_Group world_group = MPI_GROUP_NULL;
+MPI_Comm world_comm = MPI_COMM_NULL;
 std::vector<MPI_Comm> owned;  // revoked at the first failure (under ULFM)
 
 void revoke_all() {
@@ -31,6 +34,7 @@ void set_world(MPI_Comm world) {
   std::lock_guard<std::mutex> l(mu);
   if (world_group != MPI_GROUP_NULL) MPI_Group_free(&world_group);
   MPI_Comm_group(world, &world_group);
+  world_comm = world;
 }
 
 bool ulfm_enabled() {
@@ -93,26 +97,37 @@ void raise(MPI_Comm c, int rc, const std::string& what) {
   bool named = false;
 #ifdef OMPI_HAVE_MPI_EXT_FTMPI
   // Under ULFM a failed request of a batch comes back as MPI_ERR_IN_STATUS: ask the
-  // communicator which members it has seen fail, whatever the code says.
-  if (c != MPI_COMM_NULL && ulfm_enabled() && (failure_class || cls == MPI_ERR_IN_STATUS)) {
+  // communicator which members it has seen fail, whatever the code says. A rank that
+  // only saw a peer's revoke may learn who failed a moment later: look for a while
+  // (this is the failure path, once).
+  auto name_failed = [&](MPI_Comm comm) {
     MPI_Group failed;
-    if (MPIX_Comm_get_failed(c, &failed) == MPI_SUCCESS) {
-      int n = 0;
-      MPI_Group_size(failed, &n);
-      if (n > 0) {
-        std::vector<int> in(n), out(n, -1);
-        for (int i = 0; i < n; ++i) in[i] = i;
-        {
-          std::lock_guard<std::mutex> l(mu);
-          if (world_group != MPI_GROUP_NULL)
-            MPI_Group_translate_ranks(failed, n, in.data(), world_group, out.data());
-        }
-        for (int r : out) {
-          health.declare(r, "MPI reported it failed (in " + what + ")");
-          named = true;
-        }
+    if (comm == MPI_COMM_NULL || MPIX_Comm_get_failed(comm, &failed) != MPI_SUCCESS) return;
+    int n = 0;
+    MPI_Group_size(failed, &n);
+    if (n > 0) {
+      std::vector<int> in(n), out(n, -1);
+      for (int i = 0; i < n; ++i) in[i] = i;
+      {
+        std::lock_guard<std::mutex> l(mu);
+        if (world_group != MPI_GROUP_NULL)
+          MPI_Group_translate_ranks(failed, n, in.data(), world_group, out.data());
       }
-      MPI_Group_free(&failed);
+      for (int r : out) {
+        health.declare(r, "MPI reported it failed (in " + what + ")");
+        named = true;
+      }
+    }
+    MPI_Group_free(&failed);
+  };
+  if (ulfm_enabled() && (failure_class || cls == MPI_ERR_IN_STATUS)) {
+    // Up to half the peer timeout (at most 2 s): the runtime's notice of which
+    // process died can trail the revoke that woke us.
+    const int tries = static_cast<int>(std::min(2.0, health.timeout_s() / 2) * 100);
+    for (int i = 0; i < tries && !named && !health.any_failed(); ++i) {
+      name_failed(c);
+      if (!named) name_failed(world_comm);
+      if (!named) std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
   }
 #endif

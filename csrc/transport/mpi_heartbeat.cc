@@ -1,6 +1,7 @@
 #include "mpi_heartbeat.h"
 
 #include <poll.h>
+#include <pthread.h>
 #include <sys/eventfd.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -62,6 +63,7 @@ void MpiHeartbeat::receive_all(std::vector<Clock::time_point>& heard) {
 }
 
 void MpiHeartbeat::loop() {
+  pthread_setname_np(pthread_self(), "hvdl-heartbeat");  // findable in top / /proc
   PeerHealth& health = PeerHealth::get();
   std::vector<Clock::time_point> heard(size_, Clock::now());
   const auto timeout = std::chrono::duration_cast<Clock::duration>(

@@ -28,7 +28,9 @@ Rules:
   the same message) from inside jit. Bad local arguments raise TypeError/ValueError at
   trace time.
 - Gradients: allreduce (Sum/Average), broadcast, allgather, reducescatter (Sum/Average)
-  and alltoall (equal splits) have exact JVP and transpose rules; keep the data flow into
+  and alltoall (equal splits) have exact JVP rules; their transposes (jax.grad) give
+  Horovod 0.28's gradients, as in the torch and TensorFlow frontends (see _rules.py);
+  keep the data flow into
   a collective the same on every rank (JAX skips the tangent collective on a rank whose
   input does not depend on the differentiated values).
 """

@@ -1,9 +1,14 @@
 """Autodiff and vmap rules of the collective primitive.
 
 Every collective here is linear in its inputs: the JVP applies the same collective to
-the tangents and the transpose applies the adjoint collective (sum-allreduce ->
-sum-allreduce, allgather <-> reducescatter, broadcast -> sum to the root, alltoall ->
-alltoall). Under vmap, allreduce and broadcast act elementwise, so the batch axis
+the tangents. The transposes (what jax.grad uses) are Horovod 0.28's gradients, the same
+as in horovodlite.torch and horovodlite.tensorflow, so a model gets the same gradients
+in every frontend: allreduce -> allreduce with the same op and scale factors; allgather
+-> Average-reducescatter (this rank's rows of the averaged cotangent); broadcast ->
+Average-allreduce on the root, zeros elsewhere; reducescatter -> allgather, times the
+set size for Sum, times the scale factors; alltoall -> alltoall back. (Horovod's
+allgather/broadcast rules are the gradient of the mean of the ranks' losses, its
+reducescatter rule size times that of their sum: they are not one objective's.) Under vmap, allreduce and broadcast act elementwise, so the batch axis
 passes through; the dim-0 collectives move it to axis 1, keeping dim 0 the rank axis.
 """
 import jax
@@ -49,20 +54,20 @@ def _transpose(cts, *args, kind, name, reduce_op, prescale, postscale, root, pro
         res = bind(cts, ALLREDUCE, tname, reduce_op=reduce_op, prescale=prescale,
                    postscale=postscale, **common)
     elif kind == BROADCAST:
-        # Every rank's output came from the root: the root's input gathers all of them.
-        summed = bind(cts, ALLREDUCE, tname, reduce_op=Sum, **common)
-        res = [s if rank == root else jnp.zeros_like(s) for s in summed]
+        # Every rank's output came from the root: the root's input gets their average.
+        averaged = bind(cts, ALLREDUCE, tname, reduce_op=Average, **common)
+        res = [s if rank == root else jnp.zeros_like(s) for s in averaged]
     elif kind == ALLGATHER:
         for a, ct in zip(avals, cts):
             if ct.shape[0] != size * a.shape[0]:
                 raise NotImplementedError(
                     f"horovodlite: differentiating allgather '{name}' needs equal first "
                     "dimensions on every rank")
-        res = bind(cts, REDUCESCATTER, tname, reduce_op=Sum,
+        res = bind(cts, REDUCESCATTER, tname, reduce_op=Average,
                    out_dim0s=[a.shape[0] for a in avals], **common)
     elif kind == REDUCESCATTER:
         gathered = bind(cts, ALLGATHER, tname, out_dim0s=[a.shape[0] for a in avals], **common)
-        scale = prescale * postscale / (size if reduce_op == Average else 1)
+        scale = prescale * postscale * (size if reduce_op == Sum else 1)
         res = [g if scale == 1.0 else (g * scale).astype(g.dtype) for g in gathered]
     elif kind == ALLTOALL:
         if splits:

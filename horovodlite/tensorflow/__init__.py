@@ -14,12 +14,15 @@ from ..basics import (Adasum, Average, HorovodInternalError, Max, Min, Product, 
                       rank, rocm_built, shutdown, size, start_timeline, stop_timeline)
 from ..process_sets import (ProcessSet, add_process_set, global_process_set,  # noqa: F401
                             remove_process_set)
+from .compat import (broadcast_object_fn, check_num_rank_power_of_2,  # noqa: F401
+                     handle_average_backwards_compatibility, local_rank_op, local_size_op,
+                     process_set_included_op, rank_op, size_op)
 from .compression import Compression  # noqa: F401
-from .gradient_tape import DistributedGradientTape  # noqa: F401
+from .gradient_tape import DistributedGradientTape, PartialDistributedGradientTape  # noqa: F401
 from .mpi_ops import (allgather, allgather_object, allreduce, alltoall, barrier,  # noqa: F401
                       broadcast, broadcast_, broadcast_object, broadcast_variables,
                       grouped_allgather, grouped_allreduce, grouped_reducescatter, join,
-                      local_rank_op, local_size_op, rank_op, reducescatter, size_op)
+                      reducescatter)
 
 
 def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense="",
@@ -27,13 +30,18 @@ def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense="
                          backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0,
                          average_aggregated_gradients=False, num_groups=0, groups=None,
                          process_set=global_process_set, scale_local_gradients=True):
-    """For Keras optimizers (the TF 2 optimizers): see horovodlite.tensorflow.keras."""
-    import keras
+    """Wraps an optimizer so gradients are reduced across ranks before they are applied:
+    tf.compat.v1.train optimizers (compute_gradients reduces; see optimizer_v1.py) and
+    Keras optimizers (Keras 3, or Keras 2 new and legacy; see horovodlite.tensorflow.keras)."""
+    if isinstance(optimizer, _tf.compat.v1.train.Optimizer):
+        from . import gradients as _gradients
+        from .optimizer_v1 import DistributedOptimizer as _v1_distributed
 
-    if not isinstance(optimizer, keras.optimizers.Optimizer):
-        raise TypeError("horovodlite.tensorflow.DistributedOptimizer wraps Keras optimizers "
-                        f"(keras.optimizers.*), got {type(optimizer).__name__}; tf.compat.v1 "
-                        "optimizers are not supported, use DistributedGradientTape")
+        settings = _gradients.ReduceSettings(compression, sparse_as_dense, op,
+                                             gradient_predivide_factor, num_groups, groups,
+                                             process_set, scale_local_gradients)
+        return _v1_distributed(optimizer, settings, name=name, use_locking=use_locking,
+                               backward_passes_per_step=backward_passes_per_step)
     from .keras import DistributedOptimizer as _keras_distributed
 
     return _keras_distributed(optimizer, name=name, compression=compression,
@@ -41,7 +49,17 @@ def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense="
                               backward_passes_per_step=backward_passes_per_step, op=op,
                               gradient_predivide_factor=gradient_predivide_factor,
                               average_aggregated_gradients=average_aggregated_gradients,
-                              num_groups=num_groups, groups=groups, process_set=process_set)
+                              num_groups=num_groups, groups=groups, process_set=process_set,
+                              scale_local_gradients=scale_local_gradients)
+
+
+def __getattr__(name):
+    # SyncBatchNormalization is a Keras layer: import Keras only when it is asked for.
+    if name == "SyncBatchNormalization":
+        from .sync_batch_norm import SyncBatchNormalization
+
+        return SyncBatchNormalization
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def broadcast_global_variables(root_rank):

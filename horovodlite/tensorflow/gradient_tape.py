@@ -9,8 +9,10 @@ from .compression import Compression
 
 
 def _tape_class(base):
-    def gradient(self, target, sources, output_gradients=None,
+    def gradient(self, target, sources, output_gradients=None, use_generic_names=False,
                  unconnected_gradients=tf.UnconnectedGradients.NONE):
+        # use_generic_names (Horovod's 4th argument) names the allreduces grad_0, grad_1,
+        # ... in graphs; ours are named per call site already, so it changes nothing.
         grads = super(cls, self).gradient(target, sources, output_gradients,
                                           unconnected_gradients)
         flat_grads = tf.nest.flatten(grads)
@@ -19,7 +21,13 @@ def _tape_class(base):
                                                 gradients.base_name("DistributedGradientTape"))
         return tf.nest.pack_sequence_as(grads, reduced)
 
-    cls = type(base.__name__, (base,), {"gradient": gradient})
+    def register_local_source(self, source):
+        """Marks `source` (a variable) worker-local: its gradient is not reduced (it is
+        divided by the set size when scale_local_gradients, as in Horovod)."""
+        self._hvdl_settings.register_local(source)
+
+    cls = type(base.__name__, (base,), {"gradient": gradient,
+                                        "register_local_source": register_local_source})
     return cls
 
 
@@ -36,9 +44,25 @@ def DistributedGradientTape(gradtape, device_dense="", device_sparse="",
     groups: an int (that many fused groups) or lists of variables reduced as one unit."""
     settings = gradients.ReduceSettings(compression, sparse_as_dense, op,
                                         gradient_predivide_factor, num_groups, groups,
-                                        process_set)
+                                        process_set, scale_local_gradients)
     cls = _tape_class(gradtape.__class__)
     tape = cls.__new__(cls)
     tape.__dict__.update(gradtape.__dict__)  # the recorded tape and its flags
     tape._hvdl_settings = settings
+    return tape
+
+
+def PartialDistributedGradientTape(gradtape, device_dense="", device_sparse="",
+                                   compression=Compression.none, sparse_as_dense=False,
+                                   op=Average, gradient_predivide_factor=1.0, num_groups=0,
+                                   groups=None, process_set=global_process_set,
+                                   local_layers=None, scale_local_gradients=True):
+    """DistributedGradientTape whose gradients for the trainable variables of
+    `local_layers` (a Keras layer or a list of them) stay local to each rank."""
+    local_vars = gradients.local_variables_of(local_layers)
+    tape = DistributedGradientTape(gradtape, device_dense, device_sparse, compression,
+                                   sparse_as_dense, op, gradient_predivide_factor, num_groups,
+                                   groups, process_set, scale_local_gradients)
+    for v in local_vars:
+        tape.register_local_source(v)
     return tape

@@ -4,11 +4,15 @@ Every op here is one call of `handoff.run` over a numpy-level function that enqu
 collectives on the core and waits for them; semantics (names, ops, validation) come from
 the numpy API in horovodlite.ops, so the frontends cannot drift apart.
 
-Gradients are those of the sum of every rank's loss (the data-parallel objective):
-allreduce -> allreduce with the same op and scale factors; allgather -> Sum-allreduce,
-then this rank's rows; broadcast -> Sum-allreduce on the root, zeros elsewhere;
-reducescatter -> allgather (divided by the set size for Average); alltoall -> alltoall
-back with the received splits."""
+Gradients are Horovod 0.28's definitions, so training scripts get the same numbers as
+under Horovod (and as horovodlite.torch and horovodlite.jax). They are not all the
+gradient of one objective: allgather's and broadcast's are that of the mean of the
+ranks' losses, reducescatter's is size times that of their sum.
+allreduce -> allreduce of the gradient with the same op and scale factors; allgather
+(and each tensor of grouped_allgather) -> Average-allreduce, then this rank's rows;
+broadcast -> Average-allreduce on the root, zeros elsewhere; reducescatter (and
+grouped_reducescatter) -> allgather, times the set size for Sum and times the
+prescale and postscale factors; alltoall -> alltoall back with the received splits."""
 from collections import Counter
 
 import numpy as np
@@ -181,7 +185,8 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="", compressi
 @_handles.collective(_np_ops.ALLREDUCE, "grouped_allreduce", handoff.op_name, grouped=True, active=tf.executing_eagerly)
 def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="",
                       compression=Compression.none, op=None, prescale_factor=1.0,
-                      postscale_factor=1.0, process_set=global_process_set, name=None):
+                      postscale_factor=1.0, process_set=global_process_set,
+                      ignore_name_scope=False, name=None):
     """Reduces a list of tensors as one unit (negotiated together, fused)."""
     _topology()
     op = _np_ops.resolve_op(op, average)
@@ -223,36 +228,64 @@ def _allgather_nograd(tensors, names, process_set):
     return [_from_wire(o, d) for o, (_, d) in zip(outs, wires)]
 
 
+def _allgather_backward(xs, ys, dys, names, process_set):
+    """Horovod's allgather gradient: the Average-allreduce of each incoming gradient,
+    then this rank's rows (found from one allgather of every input's first dimension).
+    Every float input takes part, with zeros for a missing gradient, so all ranks run
+    the same collectives."""
+    rows = _allgather_nograd([tf.stack([tf.shape(x, out_type=tf.int64)[0] for x in xs])],
+                             [names[0] + ".grad.rows"], process_set)[0]
+    rows = tf.reshape(rows, [_set_size(process_set), len(xs)])
+    me = _set_rank(process_set)
+    floats = [i for i, x in enumerate(xs) if x.dtype.is_floating]
+    averaged = _allreduce_dense([_dense(dys[i], ys[i]) for i in floats],
+                                [names[i] + ".grad" for i in floats], [""] * len(floats),
+                                Average, 1.0, 1.0, process_set)
+    out = [None] * len(xs)
+    for i, total in zip(floats, averaged):
+        start = tf.reduce_sum(rows[:me, i])
+        out[i] = total[start:start + rows[me, i]]
+    return out
+
+
+def _check_rank(x, name, what):
+    if x.shape.rank == 0:
+        raise ValueError(f"horovodlite: {what} of '{name}' needs a tensor with at least one "
+                         "dimension, got a scalar")
+
+
 @_handles.collective(_np_ops.ALLGATHER, "allgather", handoff.op_name, active=tf.executing_eagerly)
 def allgather(tensor, name=None, ignore_name_scope=False, process_set=global_process_set):
     """Concatenates every rank's tensor along dim 0 (dim 0 may differ between ranks)."""
     _topology()
     name = handoff.op_name("allgather", name, process_set)
     x = tf.convert_to_tensor(tensor)
-    if x.shape.rank == 0:
-        raise ValueError(f"horovodlite: allgather of '{name}' needs a tensor with at least one "
-                         "dimension, got a scalar")
+    _check_rank(x, name, "allgather")
     if not x.dtype.is_floating:
         return _allgather_nograd([x], [name], process_set)[0]
-
-    def backward(xs, y, dy):
-        rows = _allgather_nograd([tf.shape(xs[0], out_type=tf.int64)[:1]], [name + ".grad.rows"],
-                                 process_set)[0]
-        total = _allreduce_dense([_dense(dy, y)], [name + ".grad"], [""], Sum, 1.0, 1.0,
-                                 process_set)[0]
-        start = tf.reduce_sum(rows[:_set_rank(process_set)])
-        return total[start:start + rows[_set_rank(process_set)]]
-
-    return _differentiable(lambda x: _allgather_nograd([x], [name], process_set)[0], backward, x)
+    return _differentiable(
+        lambda x: _allgather_nograd([x], [name], process_set)[0],
+        lambda xs, y, dy: _allgather_backward(xs, [y], [dy], [name], process_set)[0], x)
 
 
 @_handles.collective(_np_ops.ALLGATHER, "grouped_allgather", handoff.op_name, grouped=True, core_group=False, active=tf.executing_eagerly)
-def grouped_allgather(tensors, name=None, process_set=global_process_set):
-    """Allgathers a list of tensors in one hand-off (no gradient)."""
+def grouped_allgather(tensors, name=None, ignore_name_scope=False, process_set=global_process_set):
+    """Allgathers a list of tensors in one hand-off; differentiable like allgather."""
     _topology()
     base = handoff.op_name("grouped_allgather", name, process_set)
     _handles.expect_group(base, [f"{base}.{i}" for i in range(len(tensors))], core_group=False)
-    return _allgather_nograd(tensors, [f"{base}.{i}" for i in range(len(tensors))], process_set)
+    xs = [tf.convert_to_tensor(t) for t in tensors]
+    if not xs:
+        return []
+    names = [f"{base}.{i}" for i in range(len(xs))]
+    for x, n in zip(xs, names):
+        _check_rank(x, n, "grouped_allgather")
+    if not any(x.dtype.is_floating for x in xs):
+        return _allgather_nograd(xs, names, process_set)
+    out = _differentiable(lambda *a: _allgather_nograd(a, names, process_set),
+                          lambda a, ys, *dys: _allgather_backward(a, ys, dys, names, process_set),
+                          *xs)
+    return list(out) if isinstance(out, (list, tuple)) else [out]
 
 
 # ----------------------------------------------------------------------------- broadcast
@@ -275,7 +308,8 @@ def broadcast(tensor, root_rank, name=None, ignore_name_scope=False, process_set
         return _broadcast_nograd([x], [name], root_rank, process_set)[0]
 
     def backward(xs, y, dy):
-        total = _allreduce_dense([_dense(dy, y)], [name + ".grad"], [""], Sum, 1.0, 1.0,
+        # Horovod: the Average-allreduce of the gradient on the root, zeros elsewhere.
+        total = _allreduce_dense([_dense(dy, y)], [name + ".grad"], [""], Average, 1.0, 1.0,
                                  process_set)[0]
         return total if _is_rank(root_rank) else tf.zeros_like(total)
 
@@ -325,9 +359,22 @@ def _reducescatter_nograd(tensors, names, op, prescale, postscale, process_set):
         tensors, [t.dtype for t in tensors], shapes)
 
 
+def _reducescatter_backward(ys, dys, names, op, prescale, postscale, process_set):
+    """Horovod's reducescatter gradient: the allgather of each incoming gradient, times
+    the set size for Sum, times the prescale and postscale factors."""
+    if op not in (Average, Sum):
+        raise NotImplementedError(f"horovodlite: reducescatter of '{names[0]}' with op={op} "
+                                  "has no gradient (only Sum and Average are linear)")
+    scale = prescale * postscale * (_set_size(process_set) if op == Sum else 1)
+    grads = [_dense(d, y) for d, y in zip(dys, ys)]
+    # Not one grouped allgather: TensorFlow may hand float32 zeros for a float64 input.
+    gathered = _allgather_nograd(grads, [n + ".grad" for n in names], process_set)
+    return [g * tf.cast(scale, g.dtype) if scale != 1.0 else g for g in gathered]
+
+
 @_handles.collective(_np_ops.REDUCESCATTER, "reducescatter", handoff.op_name, active=tf.executing_eagerly)
 def reducescatter(tensor, device_dense="", compression=Compression.none, op=Average, name=None,
-                  ignore_name_scope=False, process_set=global_process_set, prescale_factor=1.0,
+                  process_set=global_process_set, ignore_name_scope=False, prescale_factor=1.0,
                   postscale_factor=1.0):
     """Reduces, then rank r keeps its dim-0 slice (the first dim0 % size ranks get one
     extra row)."""
@@ -335,17 +382,11 @@ def reducescatter(tensor, device_dense="", compression=Compression.none, op=Aver
     op = _np_ops.resolve_op(op, None)
     name = handoff.op_name("reducescatter", name, process_set)
     x, ctx = compression.compress(tf.convert_to_tensor(tensor))
-
-    def backward(xs, y, dy):
-        if op not in (Average, Sum):
-            raise NotImplementedError(f"horovodlite: reducescatter with op={op} has no gradient")
-        g = _allgather_nograd([_dense(dy, y)], [name + ".grad"], process_set)[0]
-        scale = prescale_factor * postscale_factor / (_set_size(process_set) if op == Average else 1)
-        return g * tf.cast(scale, g.dtype) if scale != 1.0 else g
-
-    y = _differentiable(lambda x: _reducescatter_nograd([x], [name], op, prescale_factor,
-                                                        postscale_factor, process_set)[0],
-                        backward, x)
+    y = _differentiable(
+        lambda x: _reducescatter_nograd([x], [name], op, prescale_factor, postscale_factor,
+                                        process_set)[0],
+        lambda xs, y, dy: _reducescatter_backward([y], [dy], [name], op, prescale_factor,
+                                                  postscale_factor, process_set)[0], x)
     return compression.decompress(y, ctx)
 
 
@@ -353,14 +394,23 @@ def reducescatter(tensor, device_dense="", compression=Compression.none, op=Aver
 def grouped_reducescatter(tensors, device_dense="", compression=Compression.none, op=Average,
                           process_set=global_process_set, prescale_factor=1.0,
                           postscale_factor=1.0, name=None):
-    """Reducescatter of each tensor of a list, in one hand-off (no gradient)."""
+    """Reducescatter of each tensor of a list, in one hand-off; differentiable like
+    reducescatter."""
     _topology()
     op = _np_ops.resolve_op(op, None)
     base = handoff.op_name("grouped_reducescatter", name, process_set)
     _handles.expect_group(base, [f"{base}.{i}" for i in range(len(tensors))], core_group=False)
     pairs = [compression.compress(tf.convert_to_tensor(t)) for t in tensors]
-    outs = _reducescatter_nograd([p for p, _ in pairs], [f"{base}.{i}" for i in range(len(pairs))],
-                                 op, prescale_factor, postscale_factor, process_set)
+    if not pairs:
+        return []
+    names = [f"{base}.{i}" for i in range(len(pairs))]
+    xs = [p for p, _ in pairs]
+    outs = _differentiable(
+        lambda *a: _reducescatter_nograd(list(a), names, op, prescale_factor, postscale_factor,
+                                         process_set),
+        lambda a, ys, *dys: _reducescatter_backward(ys, dys, names, op, prescale_factor,
+                                                    postscale_factor, process_set), *xs)
+    outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
     return [compression.decompress(o, ctx) for o, (_, ctx) in zip(outs, pairs)]
 
 
@@ -385,22 +435,23 @@ def _alltoall_nograd(x, splits, name, process_set):
 
 @_handles.collective(_np_ops.ALLTOALL, "alltoall", handoff.op_name, active=tf.executing_eagerly)
 def alltoall(tensor, splits=None, name=None, ignore_name_scope=False, process_set=global_process_set):
-    """Sends dim-0 slices of `tensor` (`splits[r]` rows to rank r, equal by default);
-    returns (received tensor, received_splits)."""
+    """Sends dim-0 slices of `tensor` (`splits[r]` rows to rank r, equal by default).
+    As in Horovod's TensorFlow API: returns (received tensor, received_splits) when
+    `splits` is given, the received tensor alone when it is not."""
     _topology()
     name = handoff.op_name("alltoall", name, process_set)
     x = tf.convert_to_tensor(tensor)
-    if x.shape.rank == 0:
-        raise ValueError(f"horovodlite: alltoall of '{name}' needs a tensor with at least one "
-                         "dimension, got a scalar")
+    _check_rank(x, name, "alltoall")
     if not x.dtype.is_floating:
-        return _alltoall_nograd(x, splits, name, process_set)
+        out = _alltoall_nograd(x, splits, name, process_set)
+    else:
+        def backward(xs, ys, dy, _received_grad=None):
+            y, received = ys
+            return _alltoall_nograd(_dense(dy, y), received, name + ".grad", process_set)[0]
 
-    def backward(xs, ys, dy, _received_grad=None):
-        y, received = ys
-        return _alltoall_nograd(_dense(dy, y), received, name + ".grad", process_set)[0]
-
-    return _differentiable(lambda x: _alltoall_nograd(x, splits, name, process_set), backward, x)
+        out = _differentiable(lambda x: _alltoall_nograd(x, splits, name, process_set),
+                              backward, x)
+    return tuple(out) if splits is not None else out[0]
 
 
 # ----------------------------------------------------------------------------- the rest
@@ -423,19 +474,3 @@ def broadcast_object(obj, root_rank=0, session=None, name=None, process_set=glob
 def allgather_object(obj, session=None, name=None, process_set=global_process_set):
     """A list with every rank's picklable object, by rank."""
     return _np_objects.allgather_object(obj, name=name, process_set=process_set)
-
-
-def size_op(process_set_id=0, name=None):
-    return tf.constant(_np_api.size(), tf.int32)
-
-
-def local_size_op(name=None):
-    return tf.constant(_np_api.local_size(), tf.int32)
-
-
-def rank_op(name=None):
-    return tf.constant(_np_api.rank(), tf.int32)
-
-
-def local_rank_op(name=None):
-    return tf.constant(_np_api.local_rank(), tf.int32)

@@ -7,6 +7,12 @@ import tensorflow as tf
 from .. import gradients
 
 
+def register_local_var(self, var):
+    """Marks `var` worker-local (model parallelism): its gradient is applied without being
+    reduced (divided by the set size when scale_local_gradients, as in Horovod)."""
+    self._hvdl_settings.register_local(var)
+
+
 def _distributed_class(base):
     def build(self, variables):
         super(cls, self).build(variables)
@@ -76,6 +82,7 @@ def _distributed_class(base):
     cls = type(base.__name__, (base,), {
         "__module__": base.__module__,  # saved models record the user's optimizer class
         "build": build, "apply": apply, "_hvdl_accumulate": _hvdl_accumulate,
+        "register_local_var": register_local_var,
     })
     return cls
 
@@ -100,7 +107,7 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     settings = gradients.ReduceSettings(
         Compression.none if compression is None else compression, sparse_as_dense,
         Average if op is None else op, gradient_predivide_factor, num_groups, groups,
-        global_process_set if process_set is None else process_set)
+        global_process_set if process_set is None else process_set, scale_local_gradients)
     config = optimizer.get_config()
     if name is not None:
         config["name"] = name
