@@ -37,6 +37,7 @@ def main():
 
     state = hvd.elastic.TorchState(model, opt, step=0)
     times = {"plain": [], "elastic": []}
+    commit_s = []
 
     # One run() (as a training script has): inside it, blocks of plain steps and blocks
     # of steps with a commit every --commit-every, interleaved. The commits are all that
@@ -53,7 +54,9 @@ def main():
                     step()
                     state.step += 1
                     if kind == "elastic" and i % a.commit_every == 0:
+                        c = time.perf_counter()
                         state.commit()
+                        commit_s.append(time.perf_counter() - c)
                 times[kind].append(time.perf_counter() - t)
 
     train(state)
@@ -68,7 +71,10 @@ def main():
             ts = sorted(ts)
             med[kind] = a.steps / ts[len(ts) // 2]
             print(f"| {kind} | {med[kind]:.1f} | {a.steps / ts[0]:.1f} |")
-        print(f"elastic costs {100 * (1 - med['elastic'] / med['plain']):.1f} % of plain throughput")
+        print(f"elastic costs {100 * (1 - med['elastic'] / med['plain']):.1f} % of plain throughput "
+              f"(median blocks); a commit takes {1e3 * sorted(commit_s)[len(commit_s) // 2]:.2f} ms "
+              f"(median), {100 * sorted(commit_s)[len(commit_s) // 2] * med['plain'] / a.commit_every:.2f} % "
+              f"of {a.commit_every} plain steps")
 
 
 if __name__ == "__main__":
