@@ -17,3 +17,5 @@ from .process_sets import (ProcessSet, add_process_set, global_process_set,  # n
                            remove_process_set)
 
 __version__ = "0.1.0"
+
+from . import elastic  # noqa: F401,E402  (horovodlite.elastic.run, ObjectState)
