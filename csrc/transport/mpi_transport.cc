@@ -128,6 +128,7 @@ class MpiTransport : public Transport {
   }
 
   void abandon(const std::string& why) override {
+    drain();
     if (!abandoned_.empty()) return;
     abandoned_ = "horovodlite: this process set can run no more collectives: " + why;
     for (int p = 0; p < size_; ++p) {
@@ -148,18 +149,28 @@ class MpiTransport : public Transport {
 
   void wait(Op op) override {
     auto [begin, end] = ops_.at(op);
-    wait(reqs_.data() + begin, end - begin, data_, "MPI_Waitall (data)");
+    try {
+      wait(reqs_.data() + begin, end - begin, data_, "MPI_Waitall (data)");
+    } catch (const PeerFailure&) {
+      throw;
+    } catch (...) {
+      drain();
+      throw;
+    }
   }
 
   void wait_all() override {
     if (!reqs_.empty()) {
       try {
         wait(reqs_.data(), static_cast<int>(reqs_.size()), data_, "MPI_Waitall (data)");
-      } catch (...) {
+      } catch (const PeerFailure&) {
         // The transfers never finish: forget them, the next collective must not wait
         // on them again (a failure has been declared; this set is done).
         reqs_.clear();
         ops_.clear();
+        throw;
+      } catch (...) {
+        drain();  // a collective given up half way: nothing may touch its buffers after
         throw;
       }
     }
@@ -268,6 +279,29 @@ class MpiTransport : public Transport {
     } while (left > 0);
     ops_.emplace_back(begin, static_cast<int>(reqs_.size()));
     return static_cast<Op>(ops_.size() - 1);
+  }
+
+  // Before the buffers of a collective given up half way are freed: cancel what is
+  // outstanding, and give what already matched (the peers drain too) a moment to
+  // finish. A send still unmatched then is to a peer that cancelled its receive, so
+  // it never reads our buffer.
+  void drain() {
+    for (auto& r : reqs_)
+      if (r != MPI_REQUEST_NULL) MPI_Cancel(&r);
+    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+    for (;;) {
+      bool left = false;
+      for (auto& r : reqs_) {
+        if (r == MPI_REQUEST_NULL) continue;
+        int flag = 0;
+        MPI_Test(&r, &flag, MPI_STATUS_IGNORE);
+        if (!flag) left = true;
+      }
+      if (!left || std::chrono::steady_clock::now() > until) break;
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+    reqs_.clear();
+    ops_.clear();
   }
 
   void wait(MPI_Request* reqs, int n, MPI_Comm comm, const char* what) {
