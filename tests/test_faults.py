@@ -199,7 +199,10 @@ def _check_survivors(mode, results, victim, out):
         res = results[r]
         assert res["errors"] > 0, (mode, r, res)
         msg = res["first_error"]
-        assert f"rank {victim}" in msg and "host " in msg, (mode, r, msg)
+        # Under ULFM a survivor woken only by another's revoke may not learn from MPI
+        # (within its wait) which rank died: it says so instead of naming it.
+        assert (f"rank {victim}" in msg and "host " in msg) or \
+            ("ulfm" in mode and "MPI did not say which" in msg), (mode, r, msg)
         assert res["after"] != "ok", (mode, r, res)  # later collectives fail at once
         assert res.get("shutdown_s", 0) < 5, (mode, r, res)  # shutdown returns promptly
 
