@@ -51,6 +51,9 @@ static void fill(std::vector<uint8_t>& buf, DataType t, float v) {
   for (size_t i = 0; i < n; ++i) {
     if (t == DataType::FLOAT32) {
       std::memcpy(buf.data() + 4 * i, &v, 4);
+    } else if (t == DataType::INT16 || t == DataType::UINT16) {
+      const uint16_t x = static_cast<uint16_t>(v * 2);  // small integers: no overflow
+      std::memcpy(buf.data() + 2 * i, &x, 2);
     } else {
       uint16_t h = t == DataType::FLOAT16 ? detail::float_to_half(v) : detail::float_to_bf16(v);
       std::memcpy(buf.data() + 2 * i, &h, 2);
@@ -61,7 +64,8 @@ static void fill(std::vector<uint8_t>& buf, DataType t, float v) {
 int main() {
   const size_t sizes[] = {64u << 10, 1u << 20, 16u << 20, 256u << 20};
   const char* size_names[] = {"64KiB", "1MiB", "16MiB", "256MiB"};
-  const DataType types[] = {DataType::FLOAT32, DataType::BFLOAT16, DataType::FLOAT16};
+  const DataType types[] = {DataType::FLOAT32, DataType::BFLOAT16, DataType::FLOAT16,
+                            DataType::INT16, DataType::UINT16};
   const char* isas[] = {"generic", "avx2"};
 
   std::printf("active set: %s\n", reduce_isa());

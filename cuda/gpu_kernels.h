@@ -23,8 +23,8 @@ namespace hvdl::gpu {
 bool runtime_available();
 
 // ---------------------------------------------------------------------------------
-// Element-wise kernels. dtype: UINT8, INT8, INT32, INT64, FLOAT16, BFLOAT16, FLOAT32,
-// FLOAT64 (BOOL is rejected). Pointers may have any alignment (even byte-misaligned;
+// Element-wise kernels. dtype: UINT8, INT8, INT16, UINT16, INT32, INT64, FLOAT16,
+// BFLOAT16, FLOAT32, FLOAT64 (BOOL is rejected). Pointers may have any alignment (even byte-misaligned;
 // that path is slow) and dst/src may be identical but must not partially overlap.
 // Results are bitwise reproducible and equal to a CPU implementation that follows
 // the rules below:
@@ -52,7 +52,7 @@ void reduce_scale_into(void* dst, const void* src, size_t count, DataType dtype,
 // buf[i] = buf[i] * factor. float16/bfloat16: float32 product with (float)factor, then
 // round-to-nearest-even; float32: times (float)factor; float64: times factor. Integers:
 // (double)x * factor truncated toward zero; an out-of-range result is only defined
-// for 8/32-bit types whose product fits in int64 (it then wraps modulo 2^bits).
+// for 8/16/32-bit types whose product fits in int64 (it then wraps modulo 2^bits).
 // factor == 1.0 is a no-op and launches nothing.
 void scale(void* buf, size_t count, DataType dtype, double factor, void* stream);
 

@@ -71,23 +71,16 @@ def _numel(shape):
 
 
 # ---- torch ----
-_TORCH_CODES = {"uint8": dtypes.UINT8, "int8": dtypes.INT8, "int32": dtypes.INT32,
-                "int64": dtypes.INT64, "float16": dtypes.FLOAT16, "bfloat16": dtypes.BFLOAT16,
-                "float32": dtypes.FLOAT32, "float64": dtypes.FLOAT64, "bool": dtypes.BOOL}
-
-
 def _describe_torch(t):
     import torch
+
+    from .torch._tensors import code_of  # the one torch dtype table
 
     if not t.is_cuda:
         raise TypeError("horovodlite: the torch tensor is on the CPU, not a GPU")
     if not t.is_contiguous():
         raise ValueError("horovodlite: GPU tensors must be contiguous (call .contiguous())")
-    name = str(t.dtype).replace("torch.", "")
-    code = _TORCH_CODES.get(name)
-    if code is None:
-        raise TypeError(f"horovodlite: unsupported dtype {t.dtype}; supported: "
-                        + ", ".join(f"torch.{n}" for n in _TORCH_CODES))
+    code = code_of(t.dtype)
     stream = torch.cuda.current_stream(t.device).cuda_stream
     return DeviceTensor(t.data_ptr(), code, tuple(t.shape), t.device.index, int(stream),
                         t.numel() * t.element_size())
@@ -176,7 +169,6 @@ def submit_allreduce(src, dst, name, op, prescale, postscale, process_set_id, gr
     through the core's allreduce entry point like host arrays; synchronize returns
     `dst`. Returns the handle."""
     from . import handles
-    from ._loader import _core
 
     s = describe(src)
     d = s if dst is src else describe(dst)
@@ -186,8 +178,6 @@ def submit_allreduce(src, dst, name, op, prescale, postscale, process_set_id, gr
     if (d.device, d.dtype, d.nbytes) != (s.device, s.dtype, s.nbytes):
         raise ValueError(f"horovodlite: allreduce '{name}': output must match the input's "
                          f"GPU, dtype and size (input GPU {s.device}, output GPU {d.device})")
-    h = _core.enqueue_allreduce(name, s.ptr, d.ptr, s.dtype, op, float(prescale),
-                                float(postscale), group, group_size, process_set_id, s.shape,
-                                s.device, s.stream)
-    handles.track(h, (src, dst))
-    return h
+    return handles.submit_allreduce((src, dst), None, name, s.ptr, d.ptr, s.dtype, op,
+                                    float(prescale), float(postscale), process_set_id, group,
+                                    group_size, s.shape, s.device, s.stream)

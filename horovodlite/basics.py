@@ -19,15 +19,16 @@ class HorovodTypeError(TypeError, HorovodInternalError):
 
 _core._set_error_classes(HorovodValueError, HorovodTypeError)
 
-# Reduce ops: values are the core's ReduceOp enum.
-Average = 0
-Sum = 1
-Adasum = 2
-Min = 3
-Max = 4
-Product = 5
+# Reduce ops: the core's ReduceOp codes, read from the binding.
+_OP_CODES = _core.REDUCE_OP_CODES
+Average = _OP_CODES["Average"]
+Sum = _OP_CODES["Sum"]
+Adasum = _OP_CODES["Adasum"]
+Min = _OP_CODES["Min"]
+Max = _OP_CODES["Max"]
+Product = _OP_CODES["Product"]
 
-_OP_NAMES = {Average: "Average", Sum: "Sum", Adasum: "Adasum", Min: "Min", Max: "Max", Product: "Product"}
+_OP_NAMES = {code: name for name, code in _OP_CODES.items()}
 
 _state = {"topology": None, "atexit": False}
 _lock = threading.Lock()
@@ -37,6 +38,11 @@ def init(comm=None, process_sets=None):
     """Starts the engine. `comm`: None (all ranks), a list of world ranks, or an mpi4py
     communicator (duplicated). `process_sets`: a list of ProcessSet to create now, or
     "dynamic" to allow add_process_set/remove_process_set later."""
+    from . import process_sets as _ps
+
+    # Checked before anything starts, from the arguments alone, so every rank that was
+    # given the same list raises the same ValueError and none waits for the others.
+    _ps._check_static(process_sets)
     with _lock:
         if _core.is_initialized():
             return
@@ -64,7 +70,6 @@ def init(comm=None, process_sets=None):
         if not _state["atexit"]:
             atexit.register(shutdown)
             _state["atexit"] = True
-    from . import process_sets as _ps
     from .elastic import world as _elastic_world
 
     if _elastic_world.must_join_sets():

@@ -1,28 +1,46 @@
-"""numpy dtype <-> core DataType codes (bfloat16 is ml_dtypes.bfloat16)."""
+"""numpy dtype <-> core DataType codes (bfloat16 is ml_dtypes.bfloat16).
+
+The codes come from the core itself (`_core.DTYPE_CODES`, built from its enum), so
+nothing here re-types a number; a frontend maps its own dtypes to these by name."""
 import ml_dtypes
 import numpy as np
 
-UINT8, INT8, INT32, INT64, FLOAT16, BFLOAT16, FLOAT32, FLOAT64, BOOL = range(9)
+from ._loader import _core
 
-_TO_CODE = {
-    np.dtype(np.uint8): UINT8, np.dtype(np.int8): INT8, np.dtype(np.int32): INT32,
-    np.dtype(np.int64): INT64, np.dtype(np.float16): FLOAT16,
-    np.dtype(ml_dtypes.bfloat16): BFLOAT16, np.dtype(np.float32): FLOAT32,
-    np.dtype(np.float64): FLOAT64, np.dtype(np.bool_): BOOL,
-}
+CODES = dict(_core.DTYPE_CODES)  # core dtype name ("int16", "bfloat16", ...) -> code
+NAMES = {code: name for name, code in CODES.items()}
+REDUCIBLE = frozenset(_core.REDUCIBLE_DTYPE_CODES.values())
+
+UINT8, INT8, INT16, UINT16 = CODES["uint8"], CODES["int8"], CODES["int16"], CODES["uint16"]
+INT32, INT64, BOOL = CODES["int32"], CODES["int64"], CODES["bool"]
+FLOAT16, BFLOAT16 = CODES["float16"], CODES["bfloat16"]
+FLOAT32, FLOAT64 = CODES["float32"], CODES["float64"]
+
+
+def _numpy_of_name(name):
+    return np.dtype(ml_dtypes.bfloat16) if name == "bfloat16" else np.dtype(name)
+
+
+_TO_CODE = {_numpy_of_name(name): code for name, code in CODES.items()}
 _FROM_CODE = {v: k for k, v in _TO_CODE.items()}
-REDUCIBLE = {UINT8, INT8, INT32, INT64, FLOAT16, BFLOAT16, FLOAT32, FLOAT64}
+
+
+def supported_names(reducible=False):
+    """The core's dtype names (in code order), only the reducible ones if asked."""
+    return [NAMES[c] for c in sorted(NAMES) if not reducible or c in REDUCIBLE]
 
 
 def code_of(dtype, reducible=False, what="tensor"):
     """The core's code for a numpy dtype; TypeError for what we do not support."""
     code = _TO_CODE.get(dtype)  # an np.dtype already, mostly: skip the conversion
     if code is None:
-        code = _TO_CODE.get(np.dtype(dtype))
+        try:
+            code = _TO_CODE.get(np.dtype(dtype))
+        except TypeError:
+            code = None
     if code is None or (reducible and code not in REDUCIBLE):
-        allowed = sorted(str(d) for d, c in _TO_CODE.items() if not reducible or c in REDUCIBLE)
-        raise TypeError(f"horovodlite: unsupported dtype {np.dtype(dtype)} for {what}; "
-                        f"supported: {', '.join(allowed)}")
+        raise TypeError(f"horovodlite: unsupported dtype {dtype} for {what}; "
+                        f"supported: {', '.join(supported_names(reducible))}")
     return code
 
 

@@ -185,8 +185,9 @@ def collective(op, kind, namer=None, grouped=False, core_group=True, active=None
 _ENQUEUE_ARGS = ("op", "name", "input", "output", "dtype", "shape", "reduce_op", "prescale",
                  "postscale", "root", "device", "splits", "group", "group_size", "process_set",
                  "error", "stream")
-_ENQUEUE_DEFAULTS = dict(reduce_op=1, prescale=1.0, postscale=1.0, root=-1, device=-1, splits=(),
-                         group="", group_size=0, process_set=0, error="", stream=None)
+_ENQUEUE_DEFAULTS = dict(reduce_op=_core.REDUCE_OP_CODES["Sum"], prescale=1.0, postscale=1.0,
+                         root=-1, device=-1, splits=(), group="", group_size=0, process_set=0,
+                         error="", stream=None)
 _in_order = operator.itemgetter(*_ENQUEUE_ARGS)
 _KNOWN = frozenset(_ENQUEUE_ARGS)
 
@@ -195,6 +196,18 @@ def submit(keep, finish, **kwargs):
     if not _KNOWN.issuperset(kwargs):
         raise TypeError(f"horovodlite: unknown enqueue arguments {sorted(kwargs.keys() - _KNOWN)}")
     h = _core.enqueue(*_in_order({**_ENQUEUE_DEFAULTS, **kwargs}))
+    track(h, keep, finish)
+    return h
+
+
+def submit_allreduce(keep, finish, name, input, output, dtype, reduce_op, prescale, postscale,
+                     process_set, group="", group_size=0, shape=None, device=-1, stream=None):
+    """The one submission of an allreduce, for every frontend: the core's dedicated
+    entry point (a gradient's allreduce is submitted on every step, so it takes only
+    its own arguments). `input`/`output` are numpy arrays (shape None: read from them)
+    or addresses with `shape`; device/stream as for submit(). Returns the handle."""
+    h = _core.enqueue_allreduce(name, input, output, dtype, reduce_op, prescale, postscale,
+                                group, group_size, process_set, shape, device, stream)
     track(h, keep, finish)
     return h
 

@@ -1,16 +1,21 @@
 """Collectives on numpy arrays. Each call validates locally, hands pointers to the
 core and returns a handle; `synchronize` turns the handle into the result."""
+import warnings
+
 import numpy as np
 
 from ._loader import _core
 from . import dtypes
 from .basics import Adasum, Average, Sum, _topology
-from .handles import auto_name, collective, expect_group, poll, submit, synchronize, track
+from .compression import Compression
+from .handles import auto_name, collective, expect_group, poll, submit, submit_allreduce, synchronize, track
 from .process_sets import _set_id, global_process_set
 from .shared_arrays import shared_empty
 
-# Core OpType codes.
-ALLREDUCE, ALLGATHER, BROADCAST, ALLTOALL, REDUCESCATTER, BARRIER, JOIN = range(7)
+# Core OpType codes, read from the binding.
+ALLREDUCE, ALLGATHER, BROADCAST, ALLTOALL, REDUCESCATTER, BARRIER, JOIN = (
+    _core.OP_TYPE_CODES[k] for k in ("allreduce", "allgather", "broadcast", "alltoall",
+                                     "reducescatter", "barrier", "join"))
 
 __all__ = [
     "allreduce", "allreduce_", "allreduce_async", "allreduce_async_",
@@ -28,12 +33,21 @@ __all__ = [
 def resolve_op(op, average, default=Average):
     """Horovod's rules: `average` is the deprecated bool form of `op`."""
     if op is not None and average is not None:
-        raise ValueError("horovodlite: pass either op= or the deprecated average=, not both")
+        raise ValueError("The op parameter supersedes average. Please provide only one of "
+                         "them. horovodlite: pass either op= or the deprecated average=")
     if op is None:
+        if average is not None:  # Horovod's warning, word for word
+            warnings.warn("Parameter `average` has been replaced with `op` and will be "
+                          "removed in v0.21.0", DeprecationWarning, stacklevel=3)
         op = default if average is None else (Average if average else Sum)
     if op == Adasum:
         raise NotImplementedError("horovodlite: Adasum is not implemented")
     return int(op)
+
+
+def _no_compression(compression):
+    """None (ours) and Compression.none (Horovod's default) both skip the casts."""
+    return compression is None or compression is Compression.none
 
 
 def _writable_contiguous(a, what):
@@ -49,10 +63,8 @@ def _allreduce_submit(src, dst, name, op, prescale, postscale, process_set, grou
     # The hot path of every training step: the arrays go to the core as they are (it
     # reads their addresses and shapes), through an entry point made for allreduce.
     code = dtypes.code_of(src.dtype, reducible=True, what="allreduce")
-    h = _core.enqueue_allreduce(name, src, dst, code, op, float(prescale), float(postscale),
-                                group, group_size, _set_id(process_set))
-    track(h, (src, dst))
-    return h
+    return submit_allreduce((src, dst), None, name, src, dst, code, op, float(prescale),
+                            float(postscale), _set_id(process_set), group, group_size)
 
 
 _POOLED_FROM = 1 << 20
@@ -123,10 +135,10 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
     return _allreduce_submit(t, t, name, op, prescale_factor, postscale_factor, process_set)
 
 
-def allreduce(tensor, average=None, name=None, compression=None, op=None, prescale_factor=1.0,
-              postscale_factor=1.0, process_set=global_process_set):
+def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None,
+              prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
     """Reduces `tensor` over all ranks of the set; returns a new array (op defaults to Average)."""
-    if compression is not None:
+    if not _no_compression(compression):
         tensor, ctx = compression.compress(tensor)
         out = synchronize(allreduce_async(tensor, average, name, op, prescale_factor,
                                           postscale_factor, process_set))
@@ -181,14 +193,14 @@ def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale
 def _compressed(compression, tensors, run):
     """run(tensors) on the compressed tensors, its results decompressed (no compression:
     run(tensors) itself). For the grouped collectives of every array API."""
-    if compression is None:
+    if _no_compression(compression):
         return run(tensors)
     pairs = [compression.compress(t) for t in tensors]
     outs = run([p[0] for p in pairs])
     return [compression.decompress(o, ctx) for o, (_, ctx) in zip(outs, pairs)]
 
 
-def grouped_allreduce(tensors, average=None, name=None, compression=None, op=None,
+def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None,
                       prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
     """Reduces a list of arrays as one unit: negotiated together and fused."""
     return _compressed(compression, tensors, lambda ts: synchronize(grouped_allreduce_async(
@@ -388,11 +400,11 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
     return _reducescatter_submit(tensor, name, op, prescale_factor, postscale_factor, process_set)
 
 
-def reducescatter(tensor, name=None, compression=None, op=Average, process_set=global_process_set,
-                  prescale_factor=1.0, postscale_factor=1.0):
+def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
+                  process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0):
     """Reduces `tensor` over the set; rank r keeps its block of dim-0 rows (the first
     dim0 % size ranks get one extra row)."""
-    if compression is not None:
+    if not _no_compression(compression):
         tensor, ctx = compression.compress(tensor)
         out = synchronize(reducescatter_async(tensor, name, op, process_set, prescale_factor,
                                               postscale_factor))
@@ -413,7 +425,7 @@ def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=glob
                          for i, t in enumerate(tensors)])
 
 
-def grouped_reducescatter(tensors, name=None, compression=None, op=Average,
+def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=Average,
                           process_set=global_process_set, prescale_factor=1.0,
                           postscale_factor=1.0):
     """Reducescatters a list of arrays as one unit (negotiated together, fused)."""

@@ -69,6 +69,23 @@ _registered = {}
 _dynamic = {"on": False}
 
 
+def _check_static(process_sets):
+    """hvd.init(process_sets=...): None, "dynamic" or a list of ProcessSet / rank lists,
+    with no two sets of the same ranks (in any order); ValueError otherwise, as Horovod."""
+    if process_sets is None or process_sets == "dynamic":
+        return
+    if isinstance(process_sets, (str, bytes)) or not hasattr(process_sets, "__iter__"):
+        raise ValueError(f"hvd.init(process_sets=...) takes a list of ProcessSet or 'dynamic', "
+                         f"got {process_sets!r}")
+    seen = {}
+    for i, ps in enumerate(process_sets):
+        ranks = tuple(ps.ranks if isinstance(ps, ProcessSet) else sorted(int(r) for r in ps))
+        if ranks in seen:
+            raise ValueError(f"Detected duplicate process sets in hvd.init(process_sets=...): "
+                             f"entries {seen[ranks]} and {i} both have ranks {list(ranks)}")
+        seen[ranks] = i
+
+
 def _on_init(process_sets):
     from .basics import size
 

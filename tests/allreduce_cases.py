@@ -18,9 +18,12 @@ import zlib
 import ml_dtypes
 import numpy as np
 
-SUM, AVERAGE, MIN, MAX, PRODUCT = 1, 0, 3, 4, 5  # horovodlite's op codes
+from horovodlite.basics import Average as AVERAGE, Max as MAX, Min as MIN
+from horovodlite.basics import Product as PRODUCT, Sum as SUM
+
 OPS = {"Sum": SUM, "Average": AVERAGE, "Min": MIN, "Max": MAX, "Product": PRODUCT}
-DTYPES = ["uint8", "int8", "int32", "int64", "float16", "bfloat16", "float32", "float64"]
+DTYPES = ["uint8", "int8", "uint16", "int16", "int32", "int64", "float16", "bfloat16",
+          "float32", "float64"]
 HALF = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
 
 

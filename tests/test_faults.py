@@ -48,9 +48,10 @@ def save():
 
 hvd.allreduce(np.ones(4), name="warm")  # everyone is up
 if mode in ("kill", "stop") and r == victim:
-    # Submit the same collectives as the others, then die (or freeze) while they run.
+    # Submit the large one and half the small ones, then die (or freeze) while they
+    # run: the others' second half can never complete, however fast the first was.
     hs = [hvd.allreduce_async(np.ones(4 << 20, np.float32), name="large")]
-    hs += [hvd.allreduce_async(np.ones(64, np.float32), name=f"small.{i}") for i in range(200)]
+    hs += [hvd.allreduce_async(np.ones(64, np.float32), name=f"small.{i}") for i in range(100)]
     time.sleep(0.05)
     with open(os.path.join(out_dir, "fault_time"), "w") as f:
         f.write(repr(time.time()))
@@ -156,6 +157,10 @@ def _launch(tmp_path, mode, mpi_args="", env=None, timeout=120):
     for pid in left:
         os.kill(pid, signal.SIGKILL)
     assert not left, f"{mode}: processes left after the job: {left}\n{out[-3000:]}"
+    deadline = time.time() + 10  # the launcher removes its folder as the job ends
+    while any(n.startswith("horovodlite-run-") for n in _shm_names() - before) and \
+            time.time() < deadline:
+        time.sleep(0.2)
     new_shm = {n for n in _shm_names() - before
                if n.startswith(("horovodlite", "sm_segment", "vader"))
                and (Path("/dev/shm") / n).stat().st_mtime >= t0}
@@ -194,7 +199,10 @@ def _check_survivors(mode, results, victim, out):
         res = results[r]
         assert res["errors"] > 0, (mode, r, res)
         msg = res["first_error"]
-        assert f"rank {victim}" in msg and "host " in msg, (mode, r, msg)
+        # Under ULFM a survivor woken only by another's revoke may not learn from MPI
+        # (within its wait) which rank died: it says so instead of naming it.
+        assert (f"rank {victim}" in msg and "host " in msg) or \
+            ("ulfm" in mode and "MPI did not say which" in msg), (mode, r, msg)
         assert res["after"] != "ok", (mode, r, res)  # later collectives fail at once
         assert res.get("shutdown_s", 0) < 5, (mode, r, res)  # shutdown returns promptly
 
@@ -227,7 +235,8 @@ def test_dead_or_frozen_rank(tmp_path, mode, mpi_args):
     if mode.startswith("stop"):
         assert "no heartbeat" in results[0]["first_error"], results[0]
     for r in (0, 1):  # the tensors in flight are named (the running one, or the list)
-        assert "'large'" in results[r]["first_error"], results[r]
+        assert "'large'" in results[r]["first_error"] or "'small." in results[r]["first_error"], \
+            results[r]
 
 
 def test_exception_in_one_ranks_code(tmp_path):

@@ -35,8 +35,8 @@ import ml_dtypes
 import cupy
 import horovodlite.cupy as hc
 
-DTYPES = [np.uint8, np.int8, np.int32, np.int64, np.float16, ml_dtypes.bfloat16, np.float32,
-          np.float64]
+DTYPES = [np.uint8, np.int8, np.uint16, np.int16, np.int32, np.int64, np.float16,
+          ml_dtypes.bfloat16, np.float32, np.float64]
 
 def data(dt, count, seed):
     rng = np.random.default_rng(seed)
@@ -234,7 +234,7 @@ def main(hvd):
     torch.cuda.set_device(0)
     dev = torch.device("cuda", 0)
     bad = []
-    for dt in [torch.uint8, torch.int8, torch.int32, torch.int64, torch.float16,
+    for dt in [torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
                torch.bfloat16, torch.float32, torch.float64]:
         g = torch.Generator().manual_seed(10 * r + 1)
         x = (torch.randint(0, 7, (1001,), generator=g)).to(dt)

@@ -27,7 +27,8 @@ def main(hvd):
         return [np.asarray(b).astype(dtype) for b in base]
 
     cases = []
-    for dt in (np.float32, np.float64, np.int32, np.float16, ml_dtypes.bfloat16, np.int8, np.uint8):
+    for dt in (np.float32, np.float64, np.int32, np.float16, ml_dtypes.bfloat16, np.int8, np.uint8,
+               np.int16, np.uint16):
         for op in (hj.Sum, hj.Average, hj.Min, hj.Max):
             if op == hj.Average and np.dtype(dt).kind in "iu":
                 continue

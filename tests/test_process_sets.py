@@ -138,3 +138,36 @@ def test_dynamic_sets_and_communicator():
     results = run(3, DYNAMIC, timeout=300, init=False)
     problems = [p for bad in results for p in bad]
     assert not problems, "\n".join(problems[:30])
+
+
+DUPLICATES = r'''
+def main(hvd):
+    from horovodlite import ProcessSet
+    import horovodlite.torch as ht
+    errors = []
+    cases = [[ProcessSet([0, 2]), ProcessSet([2, 0])],          # same ranks, other order
+             [[0, 1], ProcessSet([1]), [1, 0]],                 # rank lists count too
+             [ProcessSet([0, 1, 2]), ProcessSet([1]), ProcessSet([2, 1, 0])]]
+    for init in (hvd.init, ht.init):
+        for sets in cases:
+            try:
+                init(process_sets=sets)
+                errors.append(f"no error for {sets}")
+            except ValueError as e:
+                errors.append("ok" if "duplicate" in str(e) else f"message: {e}")
+            if hvd.is_initialized():
+                errors.append("initialized anyway")
+    # nothing was started: a valid call works afterwards
+    ok = ProcessSet([0, 2])
+    hvd.init(process_sets=[ok, ProcessSet([1])])
+    total = hvd.allreduce(np.ones(2) * hvd.rank(), op=hvd.Sum, process_set=ok) if ok.included() else None
+    hvd.shutdown()
+    return errors, None if total is None else total.tolist()
+'''
+
+
+def test_duplicate_static_sets_raise_value_error_on_every_rank():
+    results = run(3, DUPLICATES, timeout=120, init=False)
+    for rank, (errors, total) in enumerate(results):
+        assert errors == ["ok"] * 6, (rank, errors)
+        assert total == ([2.0, 2.0] if rank in (0, 2) else None), (rank, total)

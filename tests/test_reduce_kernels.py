@@ -22,8 +22,8 @@ from horovodlite._loader import _core
 
 ROOT = Path(__file__).resolve().parent.parent
 
-DTYPES = [np.uint8, np.int8, np.int32, np.int64, np.float16, ml_dtypes.bfloat16,
-          np.float32, np.float64]
+DTYPES = [np.uint8, np.int8, np.uint16, np.int16, np.int32, np.int64, np.float16,
+          ml_dtypes.bfloat16, np.float32, np.float64]
 DT_IDS = [np.dtype(d).name for d in DTYPES]
 OPS = {"sum": Sum, "average": Average, "min": Min, "max": Max, "product": Product}
 HALF = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
@@ -372,3 +372,21 @@ def test_cpp_partition_and_ring(tmp_path):
 def test_cpp_path_tuner(tmp_path):
     out = _run(_compile(tmp_path, "test_path_tuner.cc"))
     assert " 0 failed" in out, out
+
+
+def test_python_codes_come_from_the_core():
+    """Every dtype the core has maps from numpy and torch (one table each, built from the
+    core's names), and the op codes are the core's."""
+    import horovodlite as hvd
+
+    names = dict(_core.DTYPE_CODES)
+    assert {"int16", "uint16", "bfloat16", "bool"} <= names.keys() and len(names) == 11
+    for name, code in names.items():
+        np_dt = np.dtype(ml_dtypes.bfloat16) if name == "bfloat16" else np.dtype(name)
+        assert dtypes.code_of(np_dt) == code and dtypes.numpy_dtype(code) == np_dt
+        assert (code in dtypes.REDUCIBLE) == (name != "bool")
+    assert {n: getattr(hvd, n) for n in _core.REDUCE_OP_CODES} == dict(_core.REDUCE_OP_CODES)
+    torch = pytest.importorskip("torch")
+    from horovodlite.torch._tensors import code_of as torch_code
+    for name, code in names.items():
+        assert torch_code(getattr(torch, name)) == code

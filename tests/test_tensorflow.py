@@ -13,7 +13,7 @@ ENV = {"TF_CPP_MIN_LOG_LEVEL": "2", "TF_ENABLE_ONEDNN_OPTS": "0"}
 N = 2
 
 FLOATS = ["float32", "float64", "float16", "bfloat16"]
-INTS = ["int32", "int64", "int8", "uint8"]
+INTS = ["int32", "int64", "int8", "uint8", "int16", "uint16"]
 
 
 def _input(rank, dtype, shape=(3, 5)):

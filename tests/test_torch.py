@@ -47,10 +47,19 @@ def test_collectives_and_gradients(n):
         assert r[2] is True and r[4] is True
 
 
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_every_dtype_through_every_collective(n):
+    res = _run(n, "c.dtype_matrix()")
+    assert len(res[0]) > 200
+    for key in res[0]:
+        _same_on_all_ranks([r[key] for r in res], key)
+
+
 @pytest.mark.parametrize("n", [2, 3])
 def test_distributed_optimizer(n):
     res = _run(n, "(c.training_equivalence(), c.optimizer_misuse(), c.sync_batch_norm(), "
-                  "c.objects_and_state(), c.join_uneven(), c.sparse_equivalence())",
+                  "c.objects_and_state(), c.join_uneven(), c.sparse_equivalence(), "
+                  "c.optimizer_state_cases())",
                timeout=400)
     eq = [r[0] for r in res]
     for key in eq[0]:
@@ -65,3 +74,6 @@ def test_distributed_optimizer(n):
     _same_on_all_ranks([r[4] for r in res], "weights after join")
     for key in res[0][5]:
         _same_on_all_ranks([r[5][key] for r in res], key)
+    assert len(res[0][6]) > 100 and all(r[6].keys() == res[0][6].keys() for r in res)
+    for key in res[0][6]:
+        _same_on_all_ranks([r[6][key] for r in res], key)

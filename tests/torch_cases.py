@@ -72,8 +72,14 @@ def allreduce_cases():
         assert float(res[0]) == n * (3 - i) + n * (n - 1) / 2
     h = hvd.allreduce_async_(t)
     hvd.synchronize(h)
-    assert hvd.poll(hvd.allreduce_async(t, name="polled")) in (True, False)
-    hvd.synchronize(hvd.allreduce_async(t, name="polled.2"))
+    h = hvd.allreduce_async(t, name="polled", op=hvd.Sum)
+    import time
+    deadline = time.monotonic() + 120
+    while not hvd.poll(h):  # becomes True once the peers took part, without synchronize
+        assert time.monotonic() < deadline, "poll() never became True"
+        time.sleep(0.001)
+    assert hvd.poll(h) is True
+    torch.testing.assert_close(hvd.synchronize(h), t * n)
     # grouped
     g = hvd.grouped_allreduce([torch.ones(2) * r, torch.ones(3, dtype=torch.float64) * r],
                               op=hvd.Sum)
@@ -94,7 +100,8 @@ def allreduce_cases():
 
 def allreduce_errors():
     r, n = hvd.rank(), hvd.size()
-    _expect_raises(TypeError, lambda: hvd.allreduce(torch.ones(2, dtype=torch.int16)), "int16")
+    _expect_raises(TypeError, lambda: hvd.allreduce(torch.ones(2, dtype=torch.uint32)),
+                   "uint32")
     _expect_raises(TypeError, lambda: hvd.allreduce(torch.ones(2, dtype=torch.complex64)),
                    "complex64")
     _expect_raises(TypeError, lambda: hvd.allreduce(torch.ones(2, dtype=torch.bool)), "bool")
@@ -123,15 +130,12 @@ def allreduce_autograd():
     x = torch.ones(3, dtype=torch.float64, requires_grad=True)
     (hvd.allreduce(x, op=hvd.Sum, prescale_factor=3.0, postscale_factor=0.5) * w).sum().backward()
     torch.testing.assert_close(x.grad, wsum * 1.5)
-    # Max: the rank holding the maximum gets the summed gradient
-    x = torch.tensor([float(r), float(-r)], dtype=torch.float64, requires_grad=True)
-    (hvd.allreduce(x, op=hvd.Max) * w[:2]).sum().backward()
-    expect = torch.zeros(2, dtype=torch.float64)
-    if r == n - 1:
-        expect[0] = wsum[0]
-    if r == 0:
-        expect[1] = wsum[1]
-    torch.testing.assert_close(x.grad, expect)
+    # Min/Max/Product: as in Horovod, the gradient is reduced with the same op
+    wall = [torch.tensor([1.0, -2.0, 0.5], dtype=torch.float64) * (q + 1) for q in range(n)]
+    for op, fn in ((hvd.Max, torch.amax), (hvd.Min, torch.amin), (hvd.Product, torch.prod)):
+        x = torch.tensor([float(r), float(-r), 1.0], dtype=torch.float64, requires_grad=True)
+        (hvd.allreduce(x, op=op) * w).sum().backward()
+        torch.testing.assert_close(x.grad, fn(torch.stack(wall), 0))
     # grouped, with compression on the way
     a = torch.ones(2, requires_grad=True)
     b = torch.ones(3, requires_grad=True)
@@ -144,6 +148,131 @@ def allreduce_autograd():
     assert c.grad.dtype == torch.float32
     torch.testing.assert_close(c.grad, torch.full((2,), float(n)))
     return True
+
+
+# ---------------------------------------------------------------------------- every dtype
+
+def _refs():
+    """tests/collective_refs.py's numpy references (data, reduce_ref, rows, same)."""
+    from collective_refs import REFS
+    ns = {"np": np, "hvd": hvd}
+    exec(REFS, ns)
+    return ns
+
+
+def _to_np(t):
+    """A tensor's exact bits as numpy (bfloat16 through ml_dtypes)."""
+    import ml_dtypes
+    t = t.detach().contiguous()
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    return t.numpy()
+
+
+def _from_np(a):
+    import ml_dtypes
+    a = np.array(a, order="C")  # a copy; keeps 0-d arrays 0-d
+    if a.dtype == np.dtype(ml_dtypes.bfloat16):
+        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(a)
+
+
+def dtype_matrix():
+    """Every dtype Horovod takes (and bfloat16) through every torch collective and its
+    grouped form, odd sizes, against numpy; results bitwise equal to the reference
+    (and so across ranks). Returns the results' bytes for the cross-rank check."""
+    R = _refs()
+    r, n = hvd.rank(), hvd.size()
+    seed = iter(range(1, 1_000_000))
+    out, bad = {}, []
+
+    def expect(case, got, want):
+        g = _to_np(got)
+        if not R["same"](g, want):
+            bad.append(f"rank {r}: {case}: got {g.dtype}{g.shape} {g.ravel()[:6]}, "
+                       f"want {want.dtype}{want.shape} {want.ravel()[:6]}")
+        out[case] = g
+
+    for dt in R["ALL_DTYPES"]:
+        name = np.dtype(dt).name
+        tdt = getattr(torch, name)
+        reducible = dt in R["REDUCIBLE"]
+        # allreduce, every op, and scale factors on Sum; a 0-d and an odd-length tensor
+        ops = [hvd.Sum, hvd.Average, hvd.Min, hvd.Max, hvd.Product] if reducible else []
+        for op in ops:
+            for shape in [(), (2 * n + 3,), (3, 5)]:
+                s = next(seed)
+                ins = [R["data"](dt, shape, s, q) for q in range(n)]
+                got = hvd.allreduce(_from_np(ins[r]), op=op, name=f"ar.{s}")
+                if got.dtype != tdt:
+                    bad.append(f"{name}: allreduce returned {got.dtype}")
+                expect(f"allreduce {name} op {op} {shape}", got, R["reduce_ref"](ins, op, n))
+        if reducible:
+            s = next(seed)
+            ins = [R["data"](dt, (7,), s, q) for q in range(n)]
+            got = hvd.allreduce(_from_np(ins[r]), op=hvd.Sum, prescale_factor=2.0,
+                                postscale_factor=0.5, name=f"ar.scaled.{s}")
+            expect(f"allreduce {name} scaled", got,
+                   R["reduce_ref"](ins, hvd.Sum, n, prescale=2.0, postscale=0.5))
+            xs = [_from_np(R["data"](dt, (q + 2,), s, r)) for q in range(2)]
+            for in_place in (False, True):
+                ys = (hvd.grouped_allreduce_ if in_place else hvd.grouped_allreduce)(
+                    xs if in_place else [x.clone() for x in xs], op=hvd.Max,
+                    name=f"gar.{s}.{in_place}")
+                for q, y in enumerate(ys):
+                    expect(f"grouped_allreduce{'_' * in_place} {name} {q}", y, R["reduce_ref"](
+                        [R["data"](dt, (q + 2,), s, k) for k in range(n)], hvd.Max, n))
+        # allgather (varied first dims, one rank with none), grouped allgather
+        s = next(seed)
+        ins = [R["data"](dt, (k % 3, 3), s, k) for k in range(n)]
+        expect(f"allgather {name}", hvd.allgather(_from_np(ins[r]), name=f"ag.{s}"),
+               np.concatenate(ins))
+        ys = hvd.grouped_allgather([_from_np(ins[r]), _from_np(ins[r][:1])], name=f"gag.{s}")
+        expect(f"grouped_allgather {name} 0", ys[0], np.concatenate(ins))
+        expect(f"grouped_allgather {name} 1", ys[1], np.concatenate([a[:1] for a in ins]))
+        # broadcast from every root, out of place and in place
+        for root in range(n):
+            s = next(seed)
+            mine = R["data"](dt, (5, 3), s, r)
+            want = R["data"](dt, (5, 3), s, root)
+            expect(f"broadcast {name} root {root}", hvd.broadcast(_from_np(mine), root), want)
+            t = _from_np(mine)
+            hvd.broadcast_(t, root)
+            expect(f"broadcast_ {name} root {root}", t, want)
+        # alltoall with uneven splits (some zero)
+        s = next(seed)
+        splits = [[(j + k) % 3 for k in range(n)] for j in range(n)]
+        ins = [R["data"](dt, (sum(splits[j]), 2), s, j) for j in range(n)]
+        y, recv = hvd.alltoall(_from_np(ins[r]), splits=torch.tensor(splits[r]))
+        expect(f"alltoall {name}", y, np.concatenate(
+            [ins[j][sum(splits[j][:r]):sum(splits[j][:r + 1])] for j in range(n)]))
+        if recv.tolist() != [splits[j][r] for j in range(n)]:
+            bad.append(f"alltoall {name}: received splits {recv.tolist()}")
+        # reducescatter and grouped reducescatter; dim 0 not divisible by n
+        if reducible:
+            for op in (hvd.Sum, hvd.Average, hvd.Min, hvd.Max, hvd.Product):
+                s = next(seed)
+                ins = [R["data"](dt, (2 * n + 1, 2), s, q) for q in range(n)]
+                off, cnt = R["rows"](2 * n + 1, n, r)
+                full = R["reduce_ref"](ins, op, n)
+                expect(f"reducescatter {name} op {op}",
+                       hvd.reducescatter(_from_np(ins[r]), op=op, name=f"rs.{s}"),
+                       full[off:off + cnt])
+            s = next(seed)
+            ins = [R["data"](dt, (n + 2,), s, q) for q in range(n)]
+            off, cnt = R["rows"](n + 2, n, r)
+            ys = hvd.grouped_reducescatter([_from_np(ins[r]), _from_np(ins[r])], op=hvd.Sum,
+                                           name=f"grs.{s}")
+            for y in ys:
+                expect(f"grouped_reducescatter {name}", y,
+                       R["reduce_ref"](ins, hvd.Sum, n)[off:off + cnt])
+        else:
+            _expect_raises(TypeError, lambda: hvd.allreduce(_from_np(R["data"](dt, (2,), 1, r))),
+                           name)
+    assert not bad, "\n".join(bad[:30])
+    # what every rank must hold bit for bit (alltoall and reducescatter differ by rank)
+    return {k: v for k, v in out.items() if not k.startswith(("alltoall", "reducescatter",
+                                                              "grouped_reducescatter"))}
 
 
 # ---------------------------------------------------------------------------- training
@@ -245,7 +374,7 @@ OPTIMIZERS = {
 
 
 def _equivalence(name, make_opt, steps=3, passes=1, dtype=torch.float64, tol=1e-9, heads=False,
-                 clip=None, op=None, **dist_kw):
+                 clip=None, op=None, named=True, **dist_kw):
     """K steps of DistributedOptimizer on this rank's shard vs one process on the whole
     batch; returns (max |difference|, final parameters)."""
     r, n = hvd.rank(), hvd.size()
@@ -258,7 +387,7 @@ def _equivalence(name, make_opt, steps=3, passes=1, dtype=torch.float64, tol=1e-
     if callable(dist_kw.get("groups")):
         dist_kw["groups"] = dist_kw["groups"](model)
     opt = hvd.DistributedOptimizer(make_opt(model.parameters()),
-                                   named_parameters=model.named_parameters(),
+                                   named_parameters=model.named_parameters() if named else None,
                                    backward_passes_per_step=passes,
                                    **({} if op is None else {"op": op}), **dist_kw)
     assert isinstance(opt, type(make_opt(_net(**kw).parameters())))
@@ -292,17 +421,64 @@ def training_equivalence():
                                 heads=True)
     out["heads.Adam"] = _equivalence("Adam", OPTIMIZERS["Adam"], heads=True)
     out["clip"] = _equivalence("SGD", lambda p: torch.optim.SGD(p, lr=1.0), clip=0.05)
+    out["no named_parameters"] = _equivalence("Adam", OPTIMIZERS["Adam"], named=False,
+                                              groups=2)
     return out
+
+
+# Horovod 0.28's first sentences, which scripts and tests match; ours may follow.
+HOROVOD_WORDING = {
+    "step_after_synchronize": "optimizer.step() called without optimizer.skip_synchronize() "
+                              "context after optimizer.synchronize().",
+    "zero_grad": "optimizer.zero_grad() was called after loss.backward() but before "
+                 "optimizer.step() or optimizer.synchronize(). This is prohibited as it can "
+                 "cause a race condition.",
+    "passes": "Gradients were computed more than backward_passes_per_step times before call "
+              "to step(). Increase backward_passes_per_step to accumulate gradients locally.",
+    "duplicates": "Parameter names in named_parameters must be unique. Found duplicates:",
+    "unnamed": "named_parameters was specified, but one or more model parameters were not "
+               "named. Python object ids:",
+    "not_tuples": "named_parameters should be a sequence of tuples (name, parameter), usually "
+                  "produced by model.named_parameters().",
+    "num_groups": "Parameter `num_groups` has been replaced by `groups` and will be removed in "
+                  "v0.23.0.",
+    "average": "Parameter `average` has been replaced with `op` and will be removed in v0.21.0",
+    "op_and_average": "The op parameter supersedes average. Please provide only one of them.",
+}
+
+
+def _expect_horovod_wording(exc, key, fn, *words):
+    msg = _expect_raises(exc, fn, *words)
+    assert msg.startswith(HOROVOD_WORDING[key]), (key, msg)
+
+
+def _expect_warning(key, category, fn):
+    import warnings
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        result = fn()
+    msgs = [str(w.message) for w in seen if issubclass(w.category, category)]
+    assert any(m.startswith(HOROVOD_WORDING[key]) for m in msgs), (key, msgs)
+    return result
 
 
 def optimizer_misuse():
     m = _net()
     sgd = torch.optim.SGD(m.parameters(), lr=0.1)
     named = list(m.named_parameters())
-    _expect_raises(ValueError, lambda: hvd.DistributedOptimizer(
+    _expect_horovod_wording(ValueError, "duplicates", lambda: hvd.DistributedOptimizer(
         sgd, named_parameters=named + [("fc1.weight", m.fc1.weight)]), "fc1.weight", "unique")
-    _expect_raises(ValueError, lambda: hvd.DistributedOptimizer(
+    _expect_horovod_wording(ValueError, "unnamed", lambda: hvd.DistributedOptimizer(
         sgd, named_parameters=named[:2]), "not in it")
+    _expect_horovod_wording(ValueError, "not_tuples", lambda: hvd.DistributedOptimizer(
+        sgd, named_parameters=[p for _, p in named]))
+    _expect_horovod_wording(ValueError, "op_and_average",
+                            lambda: hvd.allreduce(torch.ones(1), op=hvd.Sum, average=True))
+    y = _expect_warning("average", DeprecationWarning,
+                        lambda: hvd.allreduce(torch.ones(1), average=False, name="avg.kw"))
+    assert float(y[0]) == hvd.size()
+    _expect_warning("num_groups", DeprecationWarning, lambda: hvd.DistributedOptimizer(
+        torch.optim.SGD(_net().parameters(), lr=0.1), num_groups=2))
     _expect_raises(ValueError, lambda: hvd.DistributedOptimizer(
         sgd, groups=[[torch.nn.Parameter(torch.ones(1))]]), "groups")
     _expect_raises(ValueError, lambda: hvd.DistributedOptimizer(
@@ -311,10 +487,11 @@ def optimizer_misuse():
     _expect_raises(ValueError, lambda: hvd.DistributedOptimizer(opt), "already")
     x = torch.randn(4, IN, dtype=torch.float64)
     m(x).sum().backward()
-    _expect_raises(AssertionError, opt.zero_grad, "zero_grad", "in flight")
-    _expect_raises(AssertionError, lambda: m(x).sum().backward(), "backward_passes_per_step")
+    _expect_horovod_wording(AssertionError, "zero_grad", opt.zero_grad, "zero_grad", "in flight")
+    _expect_horovod_wording(AssertionError, "passes", lambda: m(x).sum().backward(),
+                            "backward_passes_per_step")
     opt.synchronize()  # finishes what the failed calls left in flight, on every rank
-    opt.step()  # warns: already synchronized
+    _expect_warning("step_after_synchronize", UserWarning, opt.step)
     opt.zero_grad()
     opt.set_backward_passes_per_step(2)
     m(x).sum().backward()
@@ -324,6 +501,19 @@ def optimizer_misuse():
     opt.zero_grad()
     # the optimizer's own state and hyper-parameters are shared, not copied
     assert opt.param_groups is sgd.param_groups and opt.state is sgd.state
+    # Horovod's _parameter_names: given names, or made up per group and position
+    assert opt._parameter_names == {p: name for name, p in named}
+    m2 = _net()
+    groups = [{"params": [m2.fc1.weight, m2.fc1.bias]},
+              {"params": [p for q, p in m2.named_parameters() if not q.startswith("fc1.")],
+               "lr": 0.01}]
+    noname = hvd.DistributedOptimizer(torch.optim.SGD(groups, lr=0.1))
+    assert noname._parameter_names == {
+        p: f"allreduce.noname.{i}.{j}" for i, g in enumerate(noname.param_groups)
+        for j, p in enumerate(g["params"])}, noname._parameter_names
+    m2(x).sum().backward()
+    noname.step()  # the made-up names agree across ranks: nothing waits for a peer
+    noname.zero_grad()
     return True
 
 
@@ -482,12 +672,72 @@ def gather_broadcast_autograd():
                          .reshape(-1, 2) + 1000 * j)[r * (j + 1):(r + 1) * (j + 1)]
                         for j in range(n)])
     torch.testing.assert_close(x.grad, expect)
-    # reducescatter: allgather of the gradient (/ size for Average)
-    for op, div in ((hvd.Sum, 1), (hvd.Average, n)):
-        x = torch.ones(2 * n, 2, dtype=torch.float64, requires_grad=True)
-        wr = [torch.full((2, 2), float(q + 1), dtype=torch.float64) for q in range(n)]
-        (hvd.reducescatter(x, op=op) * wr[r]).sum().backward()
-        torch.testing.assert_close(x.grad, torch.cat(wr) / div)
+    return horovod_gradients()
+
+
+def horovod_gradients():
+    """Horovod 0.28's gradient of every differentiable collective, as numbers: each rank
+    weighs its output by w_r = (r + 1) (per element where it matters) and the expected
+    .grad follows Horovod's definition of the backward pass."""
+    r, n = hvd.rank(), hvd.size()
+    f64 = torch.float64
+    wsum = sum(q + 1.0 for q in range(n))
+
+    def leaf(*shape):
+        return torch.ones(*shape, dtype=f64, requires_grad=True)
+
+    # reducescatter: allgather of the gradient, x size for Sum, x pre/postscale
+    # (Sum at 2 ranks, every rank weighing its rows by 1: 2.0; Average: 1.0)
+    wr = [torch.full((2, 2), float(q + 1), dtype=f64) for q in range(n)]
+    for op, pre, post, factor in ((hvd.Sum, 1.0, 1.0, n), (hvd.Average, 1.0, 1.0, 1),
+                                  (hvd.Sum, 0.5, 3.0, n * 1.5), (hvd.Average, 2.0, 0.25, 0.5)):
+        x = leaf(2 * n, 2)
+        (hvd.reducescatter(x, op=op, prescale_factor=pre, postscale_factor=post)
+         * wr[r]).sum().backward()
+        torch.testing.assert_close(x.grad, torch.cat(wr) * factor)
+        x = leaf(2 * n, 2)
+        hvd.reducescatter(x, op=op, prescale_factor=pre, postscale_factor=post).sum().backward()
+        torch.testing.assert_close(x.grad, torch.full((2 * n, 2), float(factor), dtype=f64))
+    # grouped_reducescatter: one grouped allgather of the gradients, same factors
+    a, b = leaf(2 * n, 2), leaf(n, 3)
+    ya, yb = hvd.grouped_reducescatter([a, b], op=hvd.Sum, postscale_factor=2.0)
+    ((ya * (r + 1)).sum() + (yb * 10 * (r + 1)).sum()).backward()
+    per_rank = torch.cat([torch.full((2, 2), q + 1.0, dtype=f64) for q in range(n)])
+    torch.testing.assert_close(a.grad, per_rank * n * 2.0)
+    per_rank = torch.cat([torch.full((1, 3), 10 * (q + 1.0), dtype=f64) for q in range(n)])
+    torch.testing.assert_close(b.grad, per_rank * n * 2.0)
+    # allreduce / grouped_allreduce: allreduce of the gradient, same op and factors
+    for op, pre, post in ((hvd.Sum, 1.0, 1.0), (hvd.Average, 1.0, 1.0), (hvd.Sum, 2.0, 0.5),
+                          (hvd.Average, 3.0, 2.0)):
+        want = wsum * pre * post / (n if op == hvd.Average else 1)
+        x = leaf(3)
+        (hvd.allreduce(x, op=op, prescale_factor=pre, postscale_factor=post)
+         * (r + 1)).sum().backward()
+        torch.testing.assert_close(x.grad, torch.full((3,), want, dtype=f64))
+        a, b = leaf(2), leaf(1, 2)
+        ya, yb = hvd.grouped_allreduce([a, b], op=op, prescale_factor=pre, postscale_factor=post)
+        ((ya + yb.sum()) * (r + 1)).sum().backward()
+        torch.testing.assert_close(a.grad, torch.full((2,), want, dtype=f64))
+        torch.testing.assert_close(b.grad, torch.full((1, 2), 2 * want, dtype=f64))
+    # allgather / grouped_allgather: the Average-allreduced gradient, this rank's rows
+    x = leaf(r + 1, 2)
+    (hvd.allgather(x) * (r + 1)).sum().backward()
+    torch.testing.assert_close(x.grad, torch.full((r + 1, 2), wsum / n, dtype=f64))
+    a, b = leaf(1), leaf(r + 2)
+    ya, yb = hvd.grouped_allgather([a, b])
+    (ya.sum() * (r + 1) + yb.sum() * 2 * (r + 1)).backward()
+    torch.testing.assert_close(a.grad, torch.full((1,), wsum / n, dtype=f64))
+    torch.testing.assert_close(b.grad, torch.full((r + 2,), 2 * wsum / n, dtype=f64))
+    # broadcast: the Average-allreduced gradient on the root, zeros elsewhere
+    x = leaf(2)
+    (hvd.broadcast(x, root_rank=n - 1) * (r + 1)).sum().backward()
+    torch.testing.assert_close(x.grad, torch.full((2,), wsum / n if r == n - 1 else 0.0,
+                                                  dtype=f64))
+    # alltoall, equal splits: the gradient comes back along the received splits
+    x = leaf(2 * n)
+    (hvd.alltoall(x) * (r + 1)).sum().backward()
+    torch.testing.assert_close(x.grad, torch.cat([torch.full((2,), q + 1.0, dtype=f64)
+                                                  for q in range(n)]))
     return True
 
 
@@ -551,6 +801,103 @@ def objects_and_state():
     return _params(model), [t.numpy() for t in lb.state_dict()["state"][0]["old_dirs"]]
 
 
+class _NoGradModel(nn.Module):
+    """Horovod's no-grad case: an integer index parameter that needs no gradient, a used
+    weight, and one nobody uses (no gradient, so no lazily created state for it)."""
+
+    def __init__(self, rank):
+        super().__init__()
+        g = torch.Generator().manual_seed(rank)
+        self.a = nn.Parameter(torch.tensor([1, 3], dtype=torch.int32), requires_grad=False)
+        self.b = nn.Parameter(torch.rand(4, generator=g, dtype=torch.float64))
+        self.unused = nn.Parameter(torch.rand(2, 2, generator=g, dtype=torch.float64))
+
+    def forward(self, x):
+        return torch.index_select(self.b, 0, self.a.long()) * x
+
+
+_OPTIMIZERS = {
+    "SGD": lambda p, r: torch.optim.SGD(p, lr=0.1 * (r + 1)),
+    "SGD.nesterov": lambda p, r: torch.optim.SGD(p, lr=0.001, weight_decay=1e-6 * (r + 1),
+                                                 momentum=0.9, nesterov=True),
+    "Adam.tensor_lr": lambda p, r: torch.optim.Adam(p, lr=torch.tensor(0.01 * (r + 1)),
+                                                    foreach=False),
+    "AdamW.amsgrad": lambda p, r: torch.optim.AdamW(p, lr=0.01, amsgrad=True,
+                                                    betas=(0.9, 0.99 - 0.01 * r)),
+    "Adagrad": lambda p, r: torch.optim.Adagrad(p, lr=0.1, initial_accumulator_value=0.1 * r),
+    "Adadelta": lambda p, r: torch.optim.Adadelta(p, rho=0.9 - 0.01 * r),
+    "Adamax": lambda p, r: torch.optim.Adamax(p, lr=0.02),
+    "ASGD": lambda p, r: torch.optim.ASGD(p, lr=0.01, t0=10 + r),
+    "NAdam": lambda p, r: torch.optim.NAdam(p, lr=0.01),
+    "RAdam": lambda p, r: torch.optim.RAdam(p, lr=0.01),
+    "RMSprop.centered": lambda p, r: torch.optim.RMSprop(p, lr=0.01, momentum=0.5, centered=True),
+    "Rprop": lambda p, r: torch.optim.Rprop(p, lr=0.01 * (r + 1)),
+}
+
+
+def _state_arrays(opt):
+    """An optimizer's state_dict as {key: numpy array} (hyper-parameters included), so
+    ranks can be compared bit for bit (dtypes included: torch's load_state_dict would
+    cast e.g. NAdam's float32 mu_product to the parameters' dtype)."""
+    sd, out = opt.state_dict(), {}
+    for i, g in enumerate(sd["param_groups"]):
+        for k, v in g.items():
+            if isinstance(v, torch.Tensor):
+                out[f"group{i}.{k}"] = v.detach().numpy().copy()
+            elif isinstance(v, (int, float, bool)) or v is None:
+                out[f"group{i}.{k}"] = np.asarray(np.nan if v is None else v, np.float64)
+    for pid, st in sd["state"].items():
+        for k, v in st.items():
+            if isinstance(v, torch.Tensor):
+                out[f"state{pid}.{k}"] = v.detach().numpy().copy()
+            elif v is not None:
+                out[f"state{pid}.{k}"] = np.asarray(v, np.float64)
+    return out
+
+
+def optimizer_state_cases():
+    """broadcast_optimizer_state for every torch.optim optimizer where the root has
+    lazily created state for some parameters only, other ranks have none or more
+    steps, hyper-parameters (scalar and tensor) differ per rank, one parameter needs no
+    gradient and one never gets one. Afterwards every rank holds the root's state (the
+    test compares bits across ranks), Horovod's no-grad expectations hold, and a step
+    of DistributedOptimizer keeps the ranks identical."""
+    r, n = hvd.rank(), hvd.size()
+    out = {}
+    for name, make in _OPTIMIZERS.items():
+        model = _NoGradModel(r)
+        opt = make(model.parameters(), r)
+        steps = [1, 0, 2][r % 3]  # root: one step; others: none or two
+        for step in range(steps):
+            opt.zero_grad()
+            model(torch.full((2,), float(r + step + 1), dtype=torch.float64)).sum().backward()
+            opt.step()
+        had_state = bool(opt.state_dict()["state"])  # Adagrad makes its state up front
+        opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters())
+        hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+        hvd.broadcast_optimizer_state(opt, root_rank=0)
+        assert model.a.grad is None, name
+        grad = opt.param_groups[0]["params"][1].grad
+        if steps or not had_state:  # Horovod's script broadcasts this gradient next
+            assert isinstance(grad, torch.Tensor), (name, grad)
+        has = grad is not None
+        out[f"{name}/grad"] = hvd.broadcast(grad if has else torch.zeros_like(model.b),
+                                            root_rank=0, name=f"{name}.grad").numpy()
+        for key, v in _state_arrays(opt).items():
+            out[f"{name}/{key}"] = v
+        opt.zero_grad()
+        model(torch.full((2,), float(r + 1), dtype=torch.float64)).sum().backward()
+        opt.step()
+        out[f"{name}/after_step"] = np.concatenate([p.detach().numpy().ravel().astype(np.float64)
+                                                    for p in model.parameters()])
+    # an optimizer that never stepped anywhere: nothing to broadcast, no failure
+    model = _NoGradModel(r)
+    opt = torch.optim.Adam(model.parameters(), lr=0.01 * (r + 1))
+    hvd.broadcast_optimizer_state(opt, root_rank=0)
+    assert opt.param_groups[0]["lr"] == 0.01 and model.b.grad is not None
+    return out
+
+
 def join_uneven():
     """Rank r has r+2 batches; after its last one it joins. Plain SGD, so the expected
     weights follow directly: at step k the ranks still training contribute, and the
@@ -612,4 +959,21 @@ def sparse_equivalence():
         diff = _max_diff(model, ref)
         assert diff < 1e-12, (name, diff)
         out[name] = _params(model)
+    # hvd.sparse_allreduce_async (Horovod's signature): every rank's rows, rank order;
+    # rank 0 contributes nothing, rows repeat within and across ranks
+    def grad_of(q):
+        rows = torch.tensor([q % 5, (2 * q) % 5, q % 5], dtype=torch.int64)[:2 * (q > 0) + (q > 1)]
+        vals = torch.arange(rows.numel() * 3, dtype=torch.float64).reshape(-1, 3) + 10 * q
+        return torch.sparse_coo_tensor(rows[None], vals, (5, 3))
+    for op, div in ((hvd.Sum, 1), (hvd.Average, n)):
+        h = hvd.sparse_allreduce_async(grad_of(r), name=f"sparse.{op}", op=op)
+        got = h()
+        assert got.is_sparse and got.shape == (5, 3) and got is h.wait()
+        want = sum(grad_of(q).to_dense() for q in range(n)) / div
+        torch.testing.assert_close(got.to_dense(), want, rtol=0, atol=0)
+        out[f"sparse_allreduce_async.{op}"] = got.coalesce().values().numpy()
+    _expect_raises(ValueError, lambda: hvd.sparse_allreduce_async(grad_of(r), "s.max", hvd.Max),
+                   "sparse_as_dense")
+    _expect_raises(TypeError, lambda: hvd.sparse_allreduce_async(torch.ones(2), "s.dense",
+                                                                 hvd.Sum), "sparse")
     return out

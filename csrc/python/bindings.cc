@@ -74,6 +74,10 @@ EnqueueArgs request(OpType op, const std::string& name, int dtype, int reduce_op
   a.process_set = process_set;
   a.req.name = name;
   a.req.op = op;
+  if (!dtype_is_valid(dtype) || reduce_op < 0 || reduce_op >= kNumReduceOps)
+    throw std::invalid_argument("horovodlite: " + name + ": unknown dtype code " +
+                                std::to_string(dtype) + " or reduce op code " +
+                                std::to_string(reduce_op));
   a.req.dtype = static_cast<DataType>(dtype);
   a.req.reduce_op = static_cast<ReduceOp>(reduce_op);
   a.req.prescale = prescale;
@@ -212,6 +216,22 @@ PYBIND11_MODULE(_core, m) {
   });
   m.def("mpi_threads_supported", [] { return Engine::get().threads_supported(); });
   m.def("mpi_built", [] { return hvdl::mpi_built(); });
+  // The codes Python passes for dtypes, reduce ops and collectives, from the enums
+  // themselves, so no frontend re-types a number.
+  {
+    py::dict dtypes, reducible, ops, kinds;
+    for (int i = 0; i < kNumDataTypes; ++i) {
+      const auto t = static_cast<DataType>(i);
+      dtypes[dtype_name(t)] = i;
+      if (dtype_is_reducible(t)) reducible[dtype_name(t)] = i;
+    }
+    for (int i = 0; i < kNumReduceOps; ++i) ops[reduce_op_name(static_cast<ReduceOp>(i))] = i;
+    for (int i = 0; i < kNumOpTypes; ++i) kinds[op_type_name(static_cast<OpType>(i))] = i;
+    m.attr("DTYPE_CODES") = dtypes;
+    m.attr("REDUCIBLE_DTYPE_CODES") = reducible;
+    m.attr("REDUCE_OP_CODES") = ops;
+    m.attr("OP_TYPE_CODES") = kinds;
+  }
 #ifdef HOROVODLITE_HAVE_CUDA
   m.attr("CUDA_BUILT") = true;
 #else

@@ -52,6 +52,8 @@ bool to_dtype(xffi::DataType x, hvdl::DataType* out) {
     case kPred: *out = hvdl::DataType::BOOL; return true;
     case kS8: *out = hvdl::DataType::INT8; return true;
     case kU8: *out = hvdl::DataType::UINT8; return true;
+    case kS16: *out = hvdl::DataType::INT16; return true;
+    case kU16: *out = hvdl::DataType::UINT16; return true;
     case kS32: *out = hvdl::DataType::INT32; return true;
     case kS64: *out = hvdl::DataType::INT64; return true;
     case kF16: *out = hvdl::DataType::FLOAT16; return true;

@@ -39,6 +39,8 @@ void fill_identity(void* buf, size_t count, DataType dt, ReduceOp op) {
   switch (dt) {
     case DataType::UINT8: case DataType::BOOL: fill_for<uint8_t>(buf, count, op); break;
     case DataType::INT8: fill_for<int8_t>(buf, count, op); break;
+    case DataType::INT16: fill_for<int16_t>(buf, count, op); break;
+    case DataType::UINT16: fill_for<uint16_t>(buf, count, op); break;
     case DataType::INT32: fill_for<int32_t>(buf, count, op); break;
     case DataType::INT64: fill_for<int64_t>(buf, count, op); break;
     case DataType::FLOAT32: fill_for<float>(buf, count, op); break;

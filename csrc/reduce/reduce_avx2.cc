@@ -7,8 +7,10 @@
 // mirror it exactly: same operand order for min/max, same RNE rounding for the
 // 16-bit floats. Tails go through a zero-padded stack block and the same vector
 // code, so there is no separate scalar path to keep in sync.
+#include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "reduce.h"
 
@@ -29,11 +31,16 @@ struct Add {
   HVDL_AVX2 __m256 f(__m256 a, __m256 b) const { return _mm256_add_ps(a, b); }
   HVDL_AVX2 __m256d d(__m256d a, __m256d b) const { return _mm256_add_pd(a, b); }
   HVDL_AVX2 __m256i i(__m256i a, __m256i b) const { return _mm256_add_epi32(a, b); }
+  HVDL_AVX2 __m256i w(__m256i a, __m256i b) const { return _mm256_add_epi16(a, b); }
+  HVDL_AVX2 __m256i uw(__m256i a, __m256i b) const { return _mm256_add_epi16(a, b); }
 };
 struct Mul {
   HVDL_AVX2 __m256 f(__m256 a, __m256 b) const { return _mm256_mul_ps(a, b); }
   HVDL_AVX2 __m256d d(__m256d a, __m256d b) const { return _mm256_mul_pd(a, b); }
   HVDL_AVX2 __m256i i(__m256i a, __m256i b) const { return _mm256_mullo_epi32(a, b); }
+  // The low 16 bits of a product are the same for signed and unsigned operands.
+  HVDL_AVX2 __m256i w(__m256i a, __m256i b) const { return _mm256_mullo_epi16(a, b); }
+  HVDL_AVX2 __m256i uw(__m256i a, __m256i b) const { return _mm256_mullo_epi16(a, b); }
 };
 struct Min {
   HVDL_AVX2 __m256 f(__m256 a, __m256 b) const {
@@ -43,6 +50,8 @@ struct Min {
     return _mm256_blendv_pd(_mm256_min_pd(a, b), a, _mm256_cmp_pd(a, a, _CMP_UNORD_Q));
   }
   HVDL_AVX2 __m256i i(__m256i a, __m256i b) const { return _mm256_min_epi32(a, b); }
+  HVDL_AVX2 __m256i w(__m256i a, __m256i b) const { return _mm256_min_epi16(a, b); }
+  HVDL_AVX2 __m256i uw(__m256i a, __m256i b) const { return _mm256_min_epu16(a, b); }
 };
 struct Max {
   HVDL_AVX2 __m256 f(__m256 a, __m256 b) const {
@@ -52,6 +61,8 @@ struct Max {
     return _mm256_blendv_pd(_mm256_max_pd(a, b), a, _mm256_cmp_pd(a, a, _CMP_UNORD_Q));
   }
   HVDL_AVX2 __m256i i(__m256i a, __m256i b) const { return _mm256_max_epi32(a, b); }
+  HVDL_AVX2 __m256i w(__m256i a, __m256i b) const { return _mm256_max_epi16(a, b); }
+  HVDL_AVX2 __m256i uw(__m256i a, __m256i b) const { return _mm256_max_epu16(a, b); }
 };
 // Scaling reuses the reduce plumbing with src == dst and ignores the second operand.
 struct Scale {
@@ -92,6 +103,54 @@ struct I32 {
     auto* vd = reinterpret_cast<__m256i*>(d);
     auto* vs = reinterpret_cast<const __m256i*>(s);
     _mm256_storeu_si256(vd, op.i(_mm256_loadu_si256(vd), _mm256_loadu_si256(vs)));
+  }
+};
+
+// 16-bit integers; Signed picks the comparison (min/max) the op uses.
+template <class Op, bool Signed>
+struct Int16Fmt {
+  using T = std::conditional_t<Signed, int16_t, uint16_t>;
+  static constexpr size_t N = 16;
+  Op op;
+  HVDL_AVX2 void step(T* d, const T* s) const {
+    auto* vd = reinterpret_cast<__m256i*>(d);
+    auto* vs = reinterpret_cast<const __m256i*>(s);
+    const __m256i a = _mm256_loadu_si256(vd), b = _mm256_loadu_si256(vs);
+    _mm256_storeu_si256(vd, Signed ? op.w(a, b) : op.uw(a, b));
+  }
+};
+template <class Op> using I16 = Int16Fmt<Op, true>;
+template <class Op> using U16 = Int16Fmt<Op, false>;
+
+// Scaling 16-bit integers as generic's double_to_int does: widen to double, multiply,
+// clamp to the type's range (the same as its saturation, since the range ends are
+// integers), truncate. A non-finite factor (NaN results) is left to generic.
+template <bool Signed>
+struct ScaleInt16 {
+  using T = std::conditional_t<Signed, int16_t, uint16_t>;
+  static constexpr size_t N = 16;
+  double fd;
+  HVDL_AVX2 __m128i scale4(__m128i x32) const {
+    const __m256d lo = _mm256_set1_pd(Signed ? -32768.0 : 0.0);
+    const __m256d hi = _mm256_set1_pd(Signed ? 32767.0 : 65535.0);
+    __m256d v = _mm256_mul_pd(_mm256_cvtepi32_pd(x32), _mm256_set1_pd(fd));
+    v = _mm256_min_pd(_mm256_max_pd(v, lo), hi);
+    return _mm256_cvttpd_epi32(v);
+  }
+  HVDL_AVX2 __m256i scale8(__m128i x16) const {  // 8 elements -> 8 int32 results
+    const __m256i x32 = Signed ? _mm256_cvtepi16_epi32(x16) : _mm256_cvtepu16_epi32(x16);
+    return _mm256_set_m128i(scale4(_mm256_extracti128_si256(x32, 1)),
+                            scale4(_mm256_castsi256_si128(x32)));
+  }
+  HVDL_AVX2 void step(T* d, const T*) const {
+    auto* vd = reinterpret_cast<__m256i*>(d);
+    const __m256i a = _mm256_loadu_si256(vd);
+    const __m256i r0 = scale8(_mm256_castsi256_si128(a));
+    const __m256i r1 = scale8(_mm256_extracti128_si256(a, 1));
+    // Values are already in range, so the saturating pack only narrows; it works per
+    // 128-bit lane, and the permute puts the four 64-bit quarters back in order.
+    const __m256i packed = Signed ? _mm256_packs_epi32(r0, r1) : _mm256_packus_epi32(r0, r1);
+    _mm256_storeu_si256(vd, _mm256_permute4x64_epi64(packed, 0xD8));
   }
 };
 
@@ -196,6 +255,8 @@ HVDL_AVX2 bool reduce_avx2(void* dst, const void* src, size_t n, DataType dtype,
     case DataType::FLOAT16: return run_op<F16>(dst, src, n, op);
     case DataType::BFLOAT16: return run_op<BF16>(dst, src, n, op);
     case DataType::INT32: return run_op<I32>(dst, src, n, op);
+    case DataType::INT16: return run_op<I16>(dst, src, n, op);
+    case DataType::UINT16: return run_op<U16>(dst, src, n, op);
     default: return false;
   }
 }
@@ -207,6 +268,14 @@ HVDL_AVX2 bool scale_avx2(void* buf, size_t n, DataType dtype, double factor) {
     case DataType::FLOAT64: run(F64<Scale>{sc}, buf, buf, n); return true;
     case DataType::FLOAT16: run(F16<Scale>{sc}, buf, buf, n); return true;
     case DataType::BFLOAT16: run(BF16<Scale>{sc}, buf, buf, n); return true;
+    case DataType::INT16:
+      if (!std::isfinite(factor)) return false;
+      run(ScaleInt16<true>{factor}, buf, buf, n);
+      return true;
+    case DataType::UINT16:
+      if (!std::isfinite(factor)) return false;
+      run(ScaleInt16<false>{factor}, buf, buf, n);
+      return true;
     default: return false;
   }
 }

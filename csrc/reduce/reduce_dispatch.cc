@@ -75,10 +75,7 @@ const KernelSet& active() {
   return *k;
 }
 
-bool reducible(DataType t) {
-  return t == DataType::UINT8 || t == DataType::INT8 || t == DataType::INT32 ||
-         t == DataType::INT64 || dtype_is_float(t);
-}
+bool reducible(DataType t) { return dtype_is_reducible(t); }
 
 void check_reduce(DataType dtype, ReduceOp op) {
   if (!reducible(dtype))

@@ -87,9 +87,11 @@ namespace {
 
 // Integer arithmetic goes through the unsigned type so overflow wraps (like numpy)
 // instead of being undefined.
+// Types narrower than unsigned int would be promoted to (signed) int, where a 16-bit
+// product can overflow, so they compute in unsigned int and keep the low bits.
 template <typename T>
 struct IntOps {
-  using U = std::make_unsigned_t<T>;
+  using U = std::conditional_t<(sizeof(T) < sizeof(unsigned)), unsigned, std::make_unsigned_t<T>>;
   static T sum(T a, T b) { return static_cast<T>(static_cast<U>(static_cast<U>(a) + static_cast<U>(b))); }
   static T prod(T a, T b) { return static_cast<T>(static_cast<U>(static_cast<U>(a) * static_cast<U>(b))); }
   static T min(T a, T b) { return b < a ? b : a; }
@@ -203,6 +205,8 @@ void reduce_generic(void* dst, const void* src, size_t count, DataType dtype, Re
   switch (dtype) {
     case DataType::UINT8: return reduce_typed<uint8_t, IntOps<uint8_t>>(dst, src, count, op);
     case DataType::INT8: return reduce_typed<int8_t, IntOps<int8_t>>(dst, src, count, op);
+    case DataType::INT16: return reduce_typed<int16_t, IntOps<int16_t>>(dst, src, count, op);
+    case DataType::UINT16: return reduce_typed<uint16_t, IntOps<uint16_t>>(dst, src, count, op);
     case DataType::INT32: return reduce_typed<int32_t, IntOps<int32_t>>(dst, src, count, op);
     case DataType::INT64: return reduce_typed<int64_t, IntOps<int64_t>>(dst, src, count, op);
     case DataType::FLOAT16: return reduce16<half_to_float, float_to_half>(dst, src, count, op);
@@ -218,6 +222,8 @@ void scale_generic(void* buf, size_t count, DataType dtype, double factor) {
   switch (dtype) {
     case DataType::UINT8: return scale_int<uint8_t>(buf, count, factor);
     case DataType::INT8: return scale_int<int8_t>(buf, count, factor);
+    case DataType::INT16: return scale_int<int16_t>(buf, count, factor);
+    case DataType::UINT16: return scale_int<uint16_t>(buf, count, factor);
     case DataType::INT32: return scale_int<int32_t>(buf, count, factor);
     case DataType::INT64: return scale_int<int64_t>(buf, count, factor);
     case DataType::FLOAT16:

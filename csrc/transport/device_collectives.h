@@ -20,6 +20,9 @@ class DeviceCollectives {
   virtual int rank() const = 0;
   virtual int size() const = 0;
 
+  // Whether allreduce/reducescatter can reduce `dt` (NCCL has no 16-bit integers);
+  // where not, the caller reduces over its own transport instead.
+  virtual bool reduces(DataType dt) const { return dtype_is_reducible(dt); }
   // dst = op over all ranks' src (SUM, PRODUCT, MIN, MAX; the caller turns AVERAGE into
   // SUM and a scale). src may equal dst.
   virtual void allreduce(const void* src, void* dst, size_t count, DataType dt, ReduceOp op) = 0;

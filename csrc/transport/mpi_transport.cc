@@ -36,22 +36,27 @@ void check(int rc, const char* what) {
 // No wait is without a way out: an error return (a failed peer under ULFM, a revoked
 // communicator) and a failure of one of `members` (world ranks) that PeerHealth
 // knows of both end it with a PeerFailure.
-// `check()` runs about every 20 us of waiting once the wait is not short: it throws
-// to end the wait (a failed member, a peer that abandoned the collective).
+// `check()` runs once a millisecond of waiting: it throws to end the wait (a failed
+// member, a peer that abandoned the collective). Short waits never pay for it.
 template <class Check>
 void wait_polite(MPI_Request* reqs, int n, MPI_Comm comm, const char* what, Check&& check) {
   using namespace std::chrono;
   auto start = steady_clock::now();
+  auto checked = start;
   auto nap = microseconds(2);
   for (;;) {
     int flag = 0;
     int rc = MPI_Testall(n, reqs, &flag, MPI_STATUSES_IGNORE);
     if (rc != MPI_SUCCESS) mpi_failures::raise(comm, rc, what);
     if (flag) return;
-    auto waited = steady_clock::now() - start;
+    auto now = steady_clock::now();
+    auto waited = now - start;
     if (waited < microseconds(20)) continue;
-    check();
-    PeerHealth::beat();
+    if (now - checked >= milliseconds(1)) {
+      checked = now;
+      check();
+      PeerHealth::beat();
+    }
     if (waited < microseconds(200)) {
       std::this_thread::yield();
       continue;
@@ -123,6 +128,7 @@ class MpiTransport : public Transport {
   }
 
   void abandon(const std::string& why) override {
+    drain();
     if (!abandoned_.empty()) return;
     abandoned_ = "horovodlite: this process set can run no more collectives: " + why;
     for (int p = 0; p < size_; ++p) {
@@ -143,18 +149,28 @@ class MpiTransport : public Transport {
 
   void wait(Op op) override {
     auto [begin, end] = ops_.at(op);
-    wait(reqs_.data() + begin, end - begin, data_, "MPI_Waitall (data)");
+    try {
+      wait(reqs_.data() + begin, end - begin, data_, "MPI_Waitall (data)");
+    } catch (const PeerFailure&) {
+      throw;
+    } catch (...) {
+      drain();
+      throw;
+    }
   }
 
   void wait_all() override {
     if (!reqs_.empty()) {
       try {
         wait(reqs_.data(), static_cast<int>(reqs_.size()), data_, "MPI_Waitall (data)");
-      } catch (...) {
+      } catch (const PeerFailure&) {
         // The transfers never finish: forget them, the next collective must not wait
         // on them again (a failure has been declared; this set is done).
         reqs_.clear();
         ops_.clear();
+        throw;
+      } catch (...) {
+        drain();  // a collective given up half way: nothing may touch its buffers after
         throw;
       }
     }
@@ -263,6 +279,29 @@ class MpiTransport : public Transport {
     } while (left > 0);
     ops_.emplace_back(begin, static_cast<int>(reqs_.size()));
     return static_cast<Op>(ops_.size() - 1);
+  }
+
+  // Before the buffers of a collective given up half way are freed: cancel what is
+  // outstanding, and give what already matched (the peers drain too) a moment to
+  // finish. A send still unmatched then is to a peer that cancelled its receive, so
+  // it never reads our buffer.
+  void drain() {
+    for (auto& r : reqs_)
+      if (r != MPI_REQUEST_NULL) MPI_Cancel(&r);
+    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+    for (;;) {
+      bool left = false;
+      for (auto& r : reqs_) {
+        if (r == MPI_REQUEST_NULL) continue;
+        int flag = 0;
+        MPI_Test(&r, &flag, MPI_STATUS_IGNORE);
+        if (!flag) left = true;
+      }
+      if (!left || std::chrono::steady_clock::now() > until) break;
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+    reqs_.clear();
+    ops_.clear();
   }
 
   void wait(MPI_Request* reqs, int n, MPI_Comm comm, const char* what) {

@@ -19,6 +19,7 @@ int nccl_type(DataType dt) {
     case DataType::BFLOAT16: return kNcclBfloat16;
     case DataType::FLOAT32: return kNcclFloat32;
     case DataType::FLOAT64: return kNcclFloat64;
+    default: break;  // INT16, UINT16: NCCL has no 16-bit integer type
   }
   throw std::invalid_argument(std::string("NCCL: unsupported dtype ") + dtype_name(dt));
 }
@@ -45,6 +46,9 @@ class NcclCollectives final : public DeviceCollectives {
   std::string name() const override {
     return "NCCL " + std::to_string(api_.version / 10000) + "." +
            std::to_string(api_.version / 100 % 100) + "." + std::to_string(api_.version % 100);
+  }
+  bool reduces(DataType dt) const override {
+    return dt != DataType::INT16 && dt != DataType::UINT16 && dtype_is_reducible(dt);
   }
   int rank() const override { return rank_; }
   int size() const override { return size_; }

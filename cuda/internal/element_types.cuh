@@ -46,14 +46,20 @@ template <typename T> __device__ __forceinline__ bool is_nan(T x) {
 
 // ---- reduction ops --------------------------------------------------------------
 
+// The unsigned type integer arithmetic runs in: at least unsigned int, because a
+// narrower one is promoted to int, where 16-bit products can overflow.
+template <typename I>
+using WideU = std::conditional_t<(sizeof(I) < sizeof(unsigned)), unsigned, std::make_unsigned_t<I>>;
+
 struct OpSum {
   static constexpr bool kSelects = false;
   __device__ static float arith(float a, float b) { return __fadd_rn(a, b); }
   __device__ static double arith(double a, double b) { return __dadd_rn(a, b); }
   template <typename I, std::enable_if_t<std::is_integral_v<I>, int> = 0>
   __device__ static I arith(I a, I b) {
-    // Unsigned arithmetic makes the two's-complement wrap defined behaviour.
-    using U = std::make_unsigned_t<I>;
+    // Unsigned arithmetic makes the two's-complement wrap defined behaviour (WideU:
+    // 16-bit operands would otherwise be promoted to signed int).
+    using U = WideU<I>;
     return static_cast<I>(static_cast<U>(static_cast<U>(a) + static_cast<U>(b)));
   }
 };
@@ -64,7 +70,7 @@ struct OpProd {
   __device__ static double arith(double a, double b) { return __dmul_rn(a, b); }
   template <typename I, std::enable_if_t<std::is_integral_v<I>, int> = 0>
   __device__ static I arith(I a, I b) {
-    using U = std::make_unsigned_t<I>;
+    using U = WideU<I>;
     return static_cast<I>(static_cast<U>(static_cast<U>(a) * static_cast<U>(b)));
   }
 };
@@ -120,6 +126,8 @@ template <typename Fn> void dispatch_dtype(DataType dtype, const char* who, Fn&&
   switch (dtype) {
     case DataType::UINT8: fn(uint8_t{}); return;
     case DataType::INT8: fn(int8_t{}); return;
+    case DataType::INT16: fn(int16_t{}); return;
+    case DataType::UINT16: fn(uint16_t{}); return;
     case DataType::INT32: fn(int32_t{}); return;
     case DataType::INT64: fn(int64_t{}); return;
     case DataType::FLOAT16: fn(f16{}); return;

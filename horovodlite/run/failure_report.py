@@ -6,6 +6,7 @@ job the earliest note is the first failure; a rank killed outright leaves no not
 its own, but its peers' notes name it."""
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
 ENV = "HOROVODLITE_FAILURE_REPORT_DIR"
@@ -56,4 +57,9 @@ def first_failure(folder):
 
 
 def remove_folder(folder):
-    shutil.rmtree(folder, ignore_errors=True)
+    # A rank still being torn down as mpirun returns may write a last file: retry.
+    for _ in range(50):
+        shutil.rmtree(folder, ignore_errors=True)
+        if not Path(folder).exists():
+            return
+        time.sleep(0.1)

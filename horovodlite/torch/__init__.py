@@ -20,6 +20,7 @@ from .functions import (allgather_object, broadcast_object, broadcast_optimizer_
 from .mpi_ops import *  # noqa: F401,F403
 from .mpi_ops import poll, synchronize  # noqa: F401
 from .optimizer import DistributedOptimizer  # noqa: F401
+from .sparse import sparse_allreduce_async  # noqa: F401
 from .sync_batch_norm import SyncBatchNorm  # noqa: F401
 from . import elastic  # noqa: F401,E402  (hvd.elastic.run, TorchState, ElasticSampler)
 

@@ -10,11 +10,11 @@ import torch
 from .. import dtypes as _codes
 from .._loader import _core
 
-_TO_CODE = {
-    torch.uint8: _codes.UINT8, torch.int8: _codes.INT8, torch.int32: _codes.INT32,
-    torch.int64: _codes.INT64, torch.float16: _codes.FLOAT16, torch.bfloat16: _codes.BFLOAT16,
-    torch.float32: _codes.FLOAT32, torch.float64: _codes.FLOAT64, torch.bool: _codes.BOOL,
-}
+# The one torch dtype -> core code table: torch names its dtypes as the core does
+# (torch.int16, torch.uint16, torch.bfloat16, torch.bool, ...), so it is built from
+# the core's list and grows with it; names this torch lacks are left out.
+_TO_CODE = {getattr(torch, name): code for name, code in _codes.CODES.items()
+            if isinstance(getattr(torch, name, None), torch.dtype)}
 
 
 def code_of(dtype, reducible=False, what="tensor"):

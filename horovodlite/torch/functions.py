@@ -92,7 +92,12 @@ def broadcast_optimizer_state(optimizer, root_rank, process_set=global_process_s
     broadcasts. Ranks whose state is empty or shaped differently simply take the
     root's, and no optimizer step is taken to create state (so parameters and e.g.
     Adam's step count are not disturbed). Works for every torch.optim optimizer,
-    LBFGS included."""
+    LBFGS included.
+
+    As in Horovod, an optimizer with no state yet gives each parameter that requires a
+    gradient and has none a zero gradient (scripts then read or broadcast .grad), a
+    sparse one for SparseAdam."""
+    _zero_missing_grads(optimizer)
     mine = []
     skeleton = _strip(optimizer.state_dict(), mine)
     skeleton = broadcast_object(skeleton, root_rank=root_rank,
@@ -111,3 +116,29 @@ def broadcast_optimizer_state(optimizer, root_rank, process_set=global_process_s
         synchronize(h)
     if not is_root:
         optimizer.load_state_dict(_fill(skeleton, tensors))
+        _keep_root_dtypes(optimizer, skeleton)
+
+
+def _keep_root_dtypes(optimizer, skeleton):
+    """load_state_dict casts floating state to each parameter's dtype (NAdam's float32
+    mu_product becomes float64 next to float64 parameters), so the next step would
+    compute in another precision than on the root: put back the root's dtypes."""
+    params = [p for g in optimizer.param_groups for p in g["params"]]
+    for index, entries in skeleton.get("state", {}).items():
+        if not isinstance(index, int) or index >= len(params):
+            continue
+        state = optimizer.state.get(params[index], {})
+        for key, slot in entries.items():
+            t = state.get(key)
+            if isinstance(slot, _Slot) and isinstance(t, torch.Tensor) and t.dtype != slot.dtype:
+                state[key] = t.to(slot.dtype)
+
+
+def _zero_missing_grads(optimizer):
+    if optimizer.state_dict()["state"]:
+        return
+    sparse = isinstance(optimizer, torch.optim.SparseAdam)  # it takes sparse ones only
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            if p.requires_grad and p.grad is None:
+                p.grad = torch.zeros_like(p).to_sparse() if sparse else torch.zeros_like(p)

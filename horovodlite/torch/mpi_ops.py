@@ -4,21 +4,22 @@ Every call hands the core pointers to contiguous tensors and keeps those tensors
 the handle until it completes (horovodlite.handles). Names follow Horovod's: a named op
 `x` is negotiated as `allreduce.x` (`broadcast.x`, ...), an unnamed one by call order.
 
-Gradients (same conventions as Horovod):
-  allreduce      allreduce of the gradient with the same op and scale factors
-                 (Min/Max: the summed gradient goes to the ranks holding the extreme value,
-                 split evenly between ties; Product: summed gradient times y / x)
-  allgather      the Average-allreduced gradient, this rank's slice
+Gradients are Horovod 0.28's, so scripts and tests written for it get the same numbers:
+  allreduce      allreduce of the gradient with the same op and pre/postscale factors
+                 (for every op: Min/Max/Product reduce the gradient with that op too)
+  grouped_allreduce  the same, as one grouped allreduce
+  allgather      the Average-allreduced gradient, this rank's rows (grouped: per tensor)
   broadcast      the Average-allreduced gradient on the root, zeros elsewhere
   alltoall       alltoall of the gradient back along the received splits
-  reducescatter  allgather of the gradient (divided by the set size for Average)
+  reducescatter  allgather of the gradient, times the set size for Sum and times the
+                 pre/postscale factors (grouped: one grouped allgather)
 """
 import torch
 
-from ..basics import Average, Max, Min, Product, Sum, _topology
+from ..basics import Average, Sum, _topology
 from ..basics import rank as _rank
 from .._loader import _core
-from ..handles import auto_name, collective, expect_group, named, poll, submit, synchronize, track
+from ..handles import auto_name, collective, expect_group, named, poll, submit, submit_allreduce, synchronize, track
 from ..ops import (ALLGATHER, ALLREDUCE, ALLTOALL, BROADCAST, REDUCESCATTER, _GroupHandle,
                    _root_in_set, _splits_list, resolve_op)
 from ..process_sets import _set_id, global_process_set
@@ -35,7 +36,8 @@ __all__ = [
     "reducescatter", "reducescatter_async", "grouped_reducescatter",
     "grouped_reducescatter_async",
     "poll", "synchronize", "HorovodAllreduce", "HorovodGroupedAllreduce", "HorovodAllgather",
-    "HorovodBroadcast", "HorovodAlltoall", "HorovodReducescatter",
+    "HorovodBroadcast", "HorovodAlltoall", "HorovodReducescatter", "HorovodGroupedAllgather",
+    "HorovodGroupedReducescatter",
 ]
 
 
@@ -98,12 +100,9 @@ def _allreduce_submit(tensor, in_place, name, op, prescale, postscale, process_s
     else:
         dst, finish = torch.empty_like(src), None
         keep = (tensor, src, dst)
-    # The allreduce entry point, like numpy's: a gradient's submission is on every step.
-    h = _core.enqueue_allreduce(name, src.data_ptr(), dst.data_ptr(), code, op, float(prescale),
-                                float(postscale), group, group_size, _set_id(process_set),
-                                src.shape, where["device"], where.get("stream"))
-    track(h, keep, finish)
-    return h
+    return submit_allreduce(keep, finish, name, src.data_ptr(), dst.data_ptr(), code, op,
+                            float(prescale), float(postscale), _set_id(process_set), group,
+                            group_size, src.shape, where["device"], where.get("stream"))
 
 
 @collective(ALLREDUCE, "allreduce", _op_name)
@@ -132,42 +131,20 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                                         postscale_factor, process_set))
 
 
-def _extreme_grad(grad, x, y, name, process_set):
-    """Gradient of an elementwise Min/Max over ranks: the summed gradient goes to the
-    ranks whose value is the result, split evenly between ties."""
-    mask = (x == y).to(grad.dtype)
-    total = allreduce(grad, name=_sub_name(name, "grad"), op=Sum, process_set=process_set)
-    ties = allreduce(mask, name=_sub_name(name, "ties"), op=Sum, process_set=process_set)
-    return total * mask / ties
-
-
 class HorovodAllreduce(torch.autograd.Function):
     """allreduce with a gradient (see the module docstring)."""
 
     @staticmethod
     def forward(ctx, tensor, name, op, prescale_factor, postscale_factor, process_set):
         ctx.args = (name, op, prescale_factor, postscale_factor, process_set)
-        out = synchronize(allreduce_async(tensor, None, name, op, prescale_factor,
-                                          postscale_factor, process_set))
-        if op in (Min, Max, Product):
-            ctx.save_for_backward(tensor, out)
-        return out
+        return synchronize(allreduce_async(tensor, None, name, op, prescale_factor,
+                                           postscale_factor, process_set))
 
     @staticmethod
     def backward(ctx, grad):
         name, op, pre, post, ps = ctx.args
-        if op in (Sum, Average):
-            g = allreduce(grad, name=_sub_name(name, "grad"), op=op, prescale_factor=pre,
-                          postscale_factor=post, process_set=ps)
-        elif pre != 1.0 or post != 1.0:
-            raise NotImplementedError("horovodlite: the gradient of a Min/Max/Product allreduce "
-                                      "with scale factors is not implemented")
-        else:
-            x, y = ctx.saved_tensors
-            if op == Product:
-                g = allreduce(grad, name=_sub_name(name, "grad"), op=Sum, process_set=ps) * y / x
-            else:
-                g = _extreme_grad(grad, x, y, name, ps)
+        g = allreduce(grad, name=_sub_name(name, "grad"), op=op, prescale_factor=pre,
+                      postscale_factor=post, process_set=ps)
         return g, None, None, None, None, None
 
 
@@ -231,9 +208,6 @@ class HorovodGroupedAllreduce(torch.autograd.Function):
     @staticmethod
     def backward(ctx, *grads):
         name, op, pre, post, ps = ctx.args
-        if op not in (Sum, Average):
-            raise NotImplementedError("horovodlite: grouped_allreduce has a gradient for "
-                                      "Sum and Average only")
         out = grouped_allreduce(list(grads), name=_sub_name(name, "grad"), op=op,
                                 prescale_factor=pre, postscale_factor=post, process_set=ps)
         return (None, None, None, None, None, *out)
@@ -485,23 +459,41 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
                                  postscale_factor, process_set)
 
 
+def _reducescatter_grad_scale(op, prescale, postscale, process_set):
+    """Horovod's factor on the allgathered gradient of a reducescatter."""
+    return (process_set.size() if op == Sum else 1) * prescale * postscale
+
+
 class HorovodReducescatter(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, name, op, process_set, prescale_factor, postscale_factor):
-        ctx.args = (name, op, process_set, prescale_factor * postscale_factor)
+        ctx.args = (name, process_set,
+                    _reducescatter_grad_scale(op, prescale_factor, postscale_factor, process_set))
         return synchronize(reducescatter_async(tensor, name, op, process_set, prescale_factor,
                                                postscale_factor))
 
     @staticmethod
     def backward(ctx, grad):
-        name, op, ps, scale = ctx.args
-        if op not in (Sum, Average):
-            raise NotImplementedError("horovodlite: reducescatter has a gradient for Sum and "
-                                      "Average only")
+        name, ps, scale = ctx.args
         g = synchronize(allgather_async(grad.contiguous(), _sub_name(name, "grad"), ps))
-        if op == Average:
-            scale = scale / ps.size()
         return (g * scale if scale != 1.0 else g), None, None, None, None, None
+
+
+class HorovodGroupedReducescatter(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, name, op, process_set, prescale_factor, postscale_factor, *tensors):
+        ctx.args = (name, process_set,
+                    _reducescatter_grad_scale(op, prescale_factor, postscale_factor, process_set))
+        return tuple(synchronize(grouped_reducescatter_async(
+            tensors, name, op, process_set, prescale_factor, postscale_factor)))
+
+    @staticmethod
+    def backward(ctx, *grads):
+        name, ps, scale = ctx.args
+        gs = synchronize(grouped_allgather_async([g.contiguous() for g in grads],
+                                                 _sub_name(name, "grad"), ps))
+        return (None, None, None, None, None,
+                *[g * scale if scale != 1.0 else g for g in gs])
 
 
 @collective(REDUCESCATTER, "reducescatter", _op_name)
@@ -540,11 +532,14 @@ def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=glob
 def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=Average,
                           process_set=global_process_set, prescale_factor=1.0,
                           postscale_factor=1.0):
-    tensors = [check_tensor(t, "grouped_reducescatter") for t in tensors]
-    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
-        return [reducescatter(t, _sub_name(name, str(i)), compression, op, process_set,
-                              prescale_factor, postscale_factor) for i, t in enumerate(tensors)]
-    pairs = [compression.compress(t) for t in tensors]
-    outs = synchronize(grouped_reducescatter_async([c for c, _ in pairs], name, op, process_set,
-                                                   prescale_factor, postscale_factor))
+    _topology()
+    op = resolve_op(op, None)
+    pairs = [compression.compress(check_tensor(t, "grouped_reducescatter")) for t in tensors]
+    compressed = [c for c, _ in pairs]
+    if torch.is_grad_enabled() and any(t.requires_grad for t in compressed):
+        outs = HorovodGroupedReducescatter.apply(name, op, process_set, prescale_factor,
+                                                 postscale_factor, *compressed)
+    else:
+        outs = synchronize(grouped_reducescatter_async(compressed, name, op, process_set,
+                                                       prescale_factor, postscale_factor))
     return [compression.decompress(o, c) for o, (_, c) in zip(outs, pairs)]

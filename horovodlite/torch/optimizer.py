@@ -9,17 +9,34 @@ import weakref
 
 import torch
 
-from ..basics import Average, Sum, _topology
+from ..basics import Average, _topology
 from ..handles import synchronize as _wait
 from ..ops import predivide_scales, resolve_op
 from ..process_sets import global_process_set
 from .compression import Compression
-from .mpi_ops import _allreduce_submit, _op_name, allgather_async, allreduce
+from .mpi_ops import _allreduce_submit, _op_name, allreduce
+from .sparse import SparseAllreduceHandle, sparse_allreduce_async
 
+# Messages and warnings open with Horovod's own sentence (scripts and tests match it);
+# ours follows with what is in flight and what to do.
 _MISUSE_ZERO_GRAD = (
-    "horovodlite: optimizer.zero_grad() was called after loss.backward() but before "
-    "optimizer.step() or optimizer.synchronize(); allreduces of these gradients are still "
-    "in flight ({names}). Call zero_grad() before backward() or after step().")
+    "optimizer.zero_grad() was called after loss.backward() but before optimizer.step() or "
+    "optimizer.synchronize(). This is prohibited as it can cause a race condition. "
+    "horovodlite: allreduces of these gradients are still in flight ({names}); call "
+    "zero_grad() before backward() or after step().")
+_STEP_AFTER_SYNCHRONIZE = (
+    "optimizer.step() called without optimizer.skip_synchronize() context after "
+    "optimizer.synchronize(). This can cause training slowdown. You may want to consider "
+    "using optimizer.skip_synchronize() context if you use optimizer.synchronize() in your "
+    "code. horovodlite: the gradients are already reduced, so step() uses them as they are.")
+_TOO_MANY_PASSES = (
+    "Gradients were computed more than backward_passes_per_step times before call to "
+    "step(). Increase backward_passes_per_step to accumulate gradients locally. "
+    "horovodlite: the gradient of '{name}' was computed more than "
+    "backward_passes_per_step={passes} times.")
+_NUM_GROUPS_DEPRECATED = (
+    "Parameter `num_groups` has been replaced by `groups` and will be removed in v0.23.0. "
+    "horovodlite: pass groups= instead.")
 
 
 class _DistributedOptimizer:
@@ -35,6 +52,7 @@ class _DistributedOptimizer:
         self.sparse_as_dense = sparse_as_dense
         self.process_set = process_set
         self._names = _parameter_names(self.param_groups, named_parameters)
+        self._parameter_names = self._names  # Horovod's attribute: {parameter: name}
         params = [p for g in self.param_groups for p in g["params"]]
         self._requires_update = [p for p in params if p.requires_grad]
         self._group_of, self._groups = _split_groups(groups, self._requires_update)
@@ -78,7 +96,7 @@ class _DistributedOptimizer:
         error = None
         for p, (handle, ctx, grad) in list(self._handles.items()):
             try:
-                if isinstance(handle, _SparseHandle):
+                if isinstance(handle, SparseAllreduceHandle):
                     p.grad = handle.wait()
                     continue
                 out = _wait(handle)
@@ -111,9 +129,7 @@ class _DistributedOptimizer:
             closure = self._synchronized_closure(closure)
         if self._should_synchronize:
             if self._synchronized and not self._handles:
-                warnings.warn("optimizer.step() was called after optimizer.synchronize() "
-                              "without optimizer.skip_synchronize(); the gradients are "
-                              "already reduced, so step() uses them as they are")
+                warnings.warn(_STEP_AFTER_SYNCHRONIZE)
             elif closure is None or self._handles:
                 self.synchronize()
         try:
@@ -132,10 +148,8 @@ class _DistributedOptimizer:
     # ------------------------------------------------------------------ internals
     def _grad_ready(self, p):
         if self._delay[p] <= 0:
-            raise AssertionError(
-                f"horovodlite: gradient of '{self._names[p]}' was computed more than "
-                f"backward_passes_per_step={self.backward_passes_per_step} times before "
-                "step(); increase backward_passes_per_step to accumulate gradients locally")
+            raise AssertionError(_TOO_MANY_PASSES.format(
+                name=self._names[p], passes=self.backward_passes_per_step))
         self._delay[p] -= 1
         if self._delay[p] > 0:
             self._handles[p] = (None, None, None)  # accumulating locally
@@ -182,8 +196,8 @@ class _DistributedOptimizer:
         grad = self._final_grad(p, dense=self.sparse_as_dense or bool(group))
         if grad.is_sparse:
             self._sparse_seen.add(p)
-            return _SparseHandle(grad, _op_name("allreduce", self._names[p], self.process_set), self.op,
-                                 self.process_set), None, grad
+            name = _op_name("allreduce", self._names[p], self.process_set)
+            return sparse_allreduce_async(grad, name, self.op, self.process_set), None, grad
         compressed, ctx = self._compression.compress(grad)
         pre, post = self._scales
         name = name or _op_name("allreduce", self._names[p], self.process_set)
@@ -204,53 +218,36 @@ class _DistributedOptimizer:
         return wrapped
 
 
-class _SparseHandle:
-    """A sparse gradient's reduction: every rank's indices and values are allgathered
-    (in rank order, so the result is the same everywhere) and form one uncoalesced
-    sparse tensor; Average divides the values by the set size."""
-
-    def __init__(self, grad, name, op, process_set):
-        if op not in (Average, Sum):
-            raise ValueError(f"horovodlite: sparse gradient '{name}' can only be averaged or "
-                             "summed; pass sparse_as_dense=True for other ops")
-        grad = grad.coalesce()
-        self.shape, self.op, self.size = grad.shape, op, process_set.size()
-        self.indices = allgather_async(grad.indices().t().contiguous(), f"{name}.indices",
-                                       process_set)
-        self.values = allgather_async(grad.values(), f"{name}.values", process_set)
-
-    def wait(self):
-        values = _wait(self.values)
-        indices = _wait(self.indices).t()
-        if self.op == Average:
-            values = values / self.size
-        return torch.sparse_coo_tensor(indices, values, self.shape, check_invariants=False)
-
-
 def _parameter_names(param_groups, named_parameters):
     params = [p for g in param_groups for p in g["params"]]
     if named_parameters is None:
-        return {p: f"noname.{i}.{j}" for i, g in enumerate(param_groups)
+        # Horovod's made-up names: group i, position j, the same on every rank.
+        return {p: f"allreduce.noname.{i}.{j}" for i, g in enumerate(param_groups)
                 for j, p in enumerate(g["params"])}
     named = list(named_parameters)
-    if any(not isinstance(x, tuple) or len(x) != 2 for x in named):
-        raise ValueError("horovodlite: named_parameters must be (name, parameter) pairs, as "
-                         "model.named_parameters() gives")
+    bad = [x for x in named if not isinstance(x, tuple) or len(x) != 2]
+    if bad:
+        raise ValueError("named_parameters should be a sequence of tuples (name, parameter), "
+                         "usually produced by model.named_parameters(). horovodlite: got "
+                         f"{len(bad)} entries that are not pairs, e.g. a "
+                         f"{type(bad[0]).__name__}")
     seen, dups = set(), []
     for name, _ in named:
         if name in seen:
             dups.append(name)
         seen.add(name)
     if dups:
-        raise ValueError("horovodlite: parameter names in named_parameters must be unique; "
+        raise ValueError("Parameter names in named_parameters must be unique. Found "
                          f"duplicates: {', '.join(sorted(set(dups)))}")
     by_id = {id(p): name for name, p in named}
     missing = [p for p in params if id(p) not in by_id]
     if missing:
         shapes = ", ".join(str(tuple(p.shape)) for p in missing[:5])
-        raise ValueError(f"horovodlite: named_parameters was given but {len(missing)} of the "
-                         f"optimizer's parameters are not in it (shapes {shapes}); pass "
-                         "model.named_parameters() of the whole model")
+        raise ValueError("named_parameters was specified, but one or more model parameters "
+                         "were not named. Python object ids: "
+                         f"{', '.join(str(id(p)) for p in missing)}. horovodlite: "
+                         f"{len(missing)} of the optimizer's parameters are not in it (shapes "
+                         f"{shapes}); pass model.named_parameters() of the whole model")
     return {p: by_id[id(p)] for p in params}
 
 
@@ -310,7 +307,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     sparse_as_dense: reduce sparse gradients as dense tensors."""
     _topology()  # like Horovod, which asks size() here: init() must come first
     if num_groups:
-        warnings.warn("num_groups is deprecated; use groups=", DeprecationWarning)
+        warnings.warn(_NUM_GROUPS_DEPRECATED, DeprecationWarning)
         groups = groups or num_groups
     if isinstance(optimizer, _DistributedOptimizer):
         raise ValueError("horovodlite: this optimizer is already a DistributedOptimizer")

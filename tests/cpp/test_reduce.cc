@@ -112,9 +112,10 @@ uint16_t round16(const Fmt16& f, double x) {
 
 // ---- dtype-generic element access -----------------------------------------------------
 
-const DataType kTypes[] = {DataType::UINT8,   DataType::INT8,     DataType::INT32,
-                           DataType::INT64,   DataType::FLOAT16,  DataType::BFLOAT16,
-                           DataType::FLOAT32, DataType::FLOAT64};
+const DataType kTypes[] = {DataType::UINT8,   DataType::INT8,     DataType::INT16,
+                           DataType::UINT16,  DataType::INT32,    DataType::INT64,
+                           DataType::FLOAT16, DataType::BFLOAT16, DataType::FLOAT32,
+                           DataType::FLOAT64};
 const ReduceOp kOps[] = {ReduceOp::SUM, ReduceOp::AVERAGE, ReduceOp::MIN, ReduceOp::MAX,
                          ReduceOp::PRODUCT};
 const size_t kLens[] = {0, 1, 7, 8, 15, 16, 17, 31, 33, 1000, 4099};
@@ -174,7 +175,8 @@ uint64_t ref_reduce(DataType t, ReduceOp op, uint64_t a, uint64_t b) {
     const int bits = 8 * static_cast<int>(dtype_size(t));
     const uint64_t mask = bits == 64 ? ~0ull : (1ull << bits) - 1;
     auto sx = [&](uint64_t v) -> int64_t {  // sign-extend signed types
-      if (t == DataType::UINT8 || bits == 64) return static_cast<int64_t>(v);
+      if (t == DataType::UINT8 || t == DataType::UINT16 || bits == 64)
+        return static_cast<int64_t>(v);
       const uint64_t sbit = 1ull << (bits - 1);
       return static_cast<int64_t>((v ^ sbit) - sbit);
     };
@@ -474,13 +476,14 @@ uint64_t ref_scale(DataType t, uint64_t v, double f) {
     default: break;
   }
   const int bits = 8 * static_cast<int>(dtype_size(t));
+  const bool is_unsigned = t == DataType::UINT8 || t == DataType::UINT16;
   double x;
-  if (t == DataType::UINT8) x = static_cast<double>(v & 0xff);
+  if (is_unsigned) x = static_cast<double>(v & ((1ull << bits) - 1));
   else if (bits == 64) x = static_cast<double>(static_cast<int64_t>(v));
   else x = static_cast<double>(static_cast<int64_t>((v ^ (1ull << (bits - 1))) - (1ull << (bits - 1))));
   const double r = std::trunc(x * f);
-  const double lo = t == DataType::UINT8 ? 0 : -std::ldexp(1, bits - 1);
-  const double hi = t == DataType::UINT8 ? 255 : std::ldexp(1, bits - 1) - 1;
+  const double lo = is_unsigned ? 0 : -std::ldexp(1, bits - 1);
+  const double hi = is_unsigned ? std::ldexp(1, bits) - 1 : std::ldexp(1, bits - 1) - 1;
   int64_t out;
   if (r != r) out = 0;
   else if (r <= lo) out = static_cast<int64_t>(lo);
@@ -528,6 +531,12 @@ void test_scale() {
   for (size_t i = 0; i < 65536; ++i) all[i] = i;
   for (DataType t : {DataType::FLOAT16, DataType::BFLOAT16})
     for (double f : {1.0, 0.1, 1.0 / 3, 3.0, 1e-5, 70000.0}) run_scale_case(t, 65536, f, all);
+  // Every 16-bit integer, through the clamping of the vector path (huge, negative and
+  // non-finite factors, where that path hands over to generic).
+  for (DataType t : {DataType::INT16, DataType::UINT16})
+    for (double f : {0.1, -1.0, 1.0 / 3, 2.5, -70000.0, 1e300, double(NAN), double(INFINITY),
+                     -double(INFINITY)})
+      run_scale_case(t, 65536, f, all);
 
   // Integer semantics: truncate toward zero; out of range saturates.
   int32_t a[4] = {7, -7, 5, 1000000000};

@@ -118,7 +118,8 @@ template <typename T> T ref_op(ReduceOp op, T a, T b) {
     volatile T r = mul ? a * b : a + b;
     return r;
   } else {
-    using U = std::make_unsigned_t<T>;
+    // At least unsigned int: narrower operands would be promoted to signed int.
+    using U = std::conditional_t<(sizeof(T) < sizeof(unsigned)), unsigned, std::make_unsigned_t<T>>;
     const U r = mul ? static_cast<U>(static_cast<U>(a) * static_cast<U>(b))
                     : static_cast<U>(static_cast<U>(a) + static_cast<U>(b));
     return static_cast<T>(r);
@@ -212,6 +213,8 @@ template <typename Fn> void with_type(DataType dt, Fn&& fn) {
   switch (dt) {
     case DataType::UINT8: fn(uint8_t{}); break;
     case DataType::INT8: fn(int8_t{}); break;
+    case DataType::INT16: fn(int16_t{}); break;
+    case DataType::UINT16: fn(uint16_t{}); break;
     case DataType::INT32: fn(int32_t{}); break;
     case DataType::INT64: fn(int64_t{}); break;
     case DataType::FLOAT16: fn(H16{}); break;
@@ -224,7 +227,8 @@ template <typename Fn> void with_type(DataType dt, Fn&& fn) {
 
 const DataType kTypes[] = {DataType::FLOAT16, DataType::BFLOAT16, DataType::FLOAT32,
                            DataType::FLOAT64, DataType::INT32,    DataType::INT64,
-                           DataType::UINT8,   DataType::INT8};
+                           DataType::UINT8,   DataType::INT8,     DataType::INT16,
+                           DataType::UINT16};
 const ReduceOp kOps[] = {ReduceOp::SUM, ReduceOp::AVERAGE, ReduceOp::MIN, ReduceOp::MAX,
                          ReduceOp::PRODUCT};
 const size_t kLengths[] = {0, 1, 3, 1000, (size_t{1} << 20) + 7};

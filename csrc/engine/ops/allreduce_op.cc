@@ -21,7 +21,8 @@ RingOptions ring_options(const ExecContext& ctx) {
 
 void reduce_in_place(ExecContext& ctx, void* buf, size_t count, DataType dt, ReduceOp op,
                      double postscale) {
-  if (DeviceCollectives* lib = ctx.device.collectives()) {
+  DeviceCollectives* lib = ctx.device.collectives();
+  if (lib && lib->reduces(dt)) {
     lib->allreduce(buf, buf, count, dt, op);
     ctx.reducer.scale(buf, count, dt, postscale);
     return;
