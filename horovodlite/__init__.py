@@ -3,6 +3,7 @@
 `import horovodlite as hvd` gives the common API on numpy arrays; the framework
 frontends are `horovodlite.torch`, `horovodlite.tensorflow`, `horovodlite.keras`
 and `horovodlite.jax`."""
+from .basics import HorovodTypeError, HorovodValueError  # noqa: F401
 from .basics import (Adasum, Average, HorovodInternalError, Max, Min, Product, Sum,  # noqa: F401
                      ccl_built, cross_rank, cross_size, cuda_built, ddl_built, gloo_built,
                      gloo_enabled, init, is_homogeneous, is_initialized, local_rank, local_size,
@@ -16,3 +17,5 @@ from .process_sets import (ProcessSet, add_process_set, global_process_set,  # n
                            remove_process_set)
 
 __version__ = "0.1.0"
+
+from . import elastic  # noqa: F401,E402  (horovodlite.elastic.run, ObjectState)

@@ -6,6 +6,19 @@ from ._loader import _core
 
 HorovodInternalError = _core.HorovodInternalError
 
+
+class HorovodValueError(ValueError, HorovodInternalError):
+    """Arguments wrong on their face (splits, dims, roots, ...): a ValueError, as
+    Horovod raises, and a HorovodInternalError, as the name fails on every rank."""
+
+
+class HorovodTypeError(TypeError, HorovodInternalError):
+    """A dtype (or argument type) the collective does not take: a TypeError and a
+    HorovodInternalError."""
+
+
+_core._set_error_classes(HorovodValueError, HorovodTypeError)
+
 # Reduce ops: the core's ReduceOp codes, read from the binding.
 _OP_CODES = _core.REDUCE_OP_CODES
 Average = _OP_CODES["Average"]
@@ -35,6 +48,10 @@ def init(comm=None, process_sets=None):
             return
         fortran, ranks = -1, []
         if comm is None:
+            from .elastic import world as _elastic_world
+
+            comm = _elastic_world.default_comm()  # None unless in an elastic job
+        if comm is None:
             pass
         elif isinstance(comm, (list, tuple)):
             ranks = [int(r) for r in comm]
@@ -47,9 +64,19 @@ def init(comm=None, process_sets=None):
         _nccl.configure()  # before any GPU collective might load NCCL
         _core.init(fortran, ranks)
         _state["topology"] = _core.topology()
+        from . import _failure_notes
+
+        _failure_notes.install(_state["topology"]["rank"])
         if not _state["atexit"]:
             atexit.register(shutdown)
             _state["atexit"] = True
+    from .elastic import world as _elastic_world
+
+    if _elastic_world.must_join_sets():
+        # Spawned into a running elastic job: its sets come from the job's rank 0.
+        _ps._on_init("dynamic" if process_sets == "dynamic" else None)
+        _elastic_world.join_sets(None if process_sets == "dynamic" else process_sets)
+        return
     _ps._on_init(process_sets)
 
 
@@ -69,7 +96,7 @@ def is_initialized():
 def _topology():
     t = _state["topology"]
     if t is None or not _core.is_initialized():
-        raise ValueError("horovodlite has not been initialized; call hvd.init() first")
+        raise HorovodValueError("horovodlite has not been initialized; call hvd.init() first")
     return t
 
 

@@ -8,7 +8,7 @@ from ._loader import _core
 from . import dtypes
 from .basics import Adasum, Average, Sum, _topology
 from .compression import Compression
-from .handles import auto_name, poll, submit, submit_allreduce, synchronize
+from .handles import auto_name, collective, expect_group, poll, submit, submit_allreduce, synchronize, track
 from .process_sets import _set_id, global_process_set
 from .shared_arrays import shared_empty
 
@@ -114,22 +114,25 @@ def predivide_scales(op, factor):
     return 1.0 / factor, factor
 
 
+@collective(ALLREDUCE, "allreduce")
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                     postscale_factor=1.0, process_set=global_process_set):
     _topology()
+    name = auto_name("allreduce", name, process_set)
     op = resolve_op(op, average)
     src = np.asarray(tensor, order="C")  # keeps 0-d (ascontiguousarray makes it 1-d)
-    return _allreduce_submit(src, _empty_like(src), auto_name("allreduce", name, process_set), op,
-                             prescale_factor, postscale_factor, process_set)
+    return _allreduce_submit(src, _empty_like(src), name, op, prescale_factor, postscale_factor,
+                             process_set)
 
 
+@collective(ALLREDUCE, "allreduce")
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                      postscale_factor=1.0, process_set=global_process_set):
     _topology()
+    name = auto_name("allreduce", name, process_set)
     op = resolve_op(op, average)
     t = _writable_contiguous(tensor, "allreduce_ (in place)")
-    return _allreduce_submit(t, t, auto_name("allreduce", name, process_set), op, prescale_factor,
-                             postscale_factor, process_set)
+    return _allreduce_submit(t, t, name, op, prescale_factor, postscale_factor, process_set)
 
 
 def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None,
@@ -159,8 +162,9 @@ class _GroupHandle:
 
 def _grouped(tensors, in_place, average, name, op, prescale_factor, postscale_factor, process_set):
     _topology()
-    op = resolve_op(op, average)
     base = auto_name("grouped_allreduce", name, process_set)
+    expect_group(base, [f"{base}.{i}" for i in range(len(tensors))])
+    op = resolve_op(op, average)
     handles = []
     for i, t in enumerate(tensors):
         if in_place:
@@ -174,11 +178,13 @@ def _grouped(tensors, in_place, average, name, op, prescale_factor, postscale_fa
     return _GroupHandle(handles)
 
 
+@collective(ALLREDUCE, "grouped_allreduce")
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                             postscale_factor=1.0, process_set=global_process_set):
     return _grouped(tensors, False, average, name, op, prescale_factor, postscale_factor, process_set)
 
 
+@collective(ALLREDUCE, "grouped_allreduce")
 def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                              postscale_factor=1.0, process_set=global_process_set):
     return _grouped(tensors, True, average, name, op, prescale_factor, postscale_factor, process_set)
@@ -240,6 +246,7 @@ def _allgather_submit(tensor, name, process_set, group="", group_size=0):
                                  op=ALLGATHER)
 
 
+@collective(ALLGATHER, "allgather")
 def allgather_async(tensor, name=None, process_set=global_process_set):
     _topology()
     return _allgather_submit(tensor, auto_name("allgather", name, process_set), process_set)
@@ -251,9 +258,11 @@ def allgather(tensor, name=None, process_set=global_process_set):
     return synchronize(allgather_async(tensor, name, process_set))
 
 
+@collective(ALLGATHER, "grouped_allgather")
 def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
     _topology()
     base = auto_name("grouped_allgather", name, process_set)
+    expect_group(base, [f"{base}.{i}" for i in range(len(tensors))])
     return _GroupHandle([_allgather_submit(t, f"{base}.{i}", process_set, base, len(tensors))
                          for i, t in enumerate(tensors)])
 
@@ -270,34 +279,39 @@ def _root_in_set(root_rank, process_set):
     if process_set is None or process_set.process_set_id == 0:
         return root, ""
     if root not in process_set.ranks:
-        return -1, (f"root_rank {root} is not a member of the process set "
+        return -1, (f"ValueError: root_rank {root} is not a member of the process set "
                     f"(ranks {process_set.ranks})")
     return process_set.ranks.index(root), ""
 
 
+@collective(BROADCAST, "broadcast")
 def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
     _topology()
+    name = auto_name("broadcast", name, process_set)
     src = _contiguous(tensor)
     root, err = _root_in_set(root_rank, process_set)
-    name = auto_name("broadcast", name, process_set)
     return _submit_engine_output("broadcast", src, name, process_set, op=BROADCAST, root=root,
                                  error=err)
 
 
+@collective(BROADCAST, "broadcast")
 def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
     _topology()
+    name = auto_name("broadcast", name, process_set)
     t = _writable_contiguous(tensor, "broadcast_ (in place)")
     code = dtypes.code_of(t.dtype, what="broadcast")
     root, err = _root_in_set(root_rank, process_set)
-    return submit((t,), None, op=BROADCAST, name=auto_name("broadcast", name, process_set),
+    return submit((t,), None, op=BROADCAST, name=name,
                   input=t.ctypes.data, output=t.ctypes.data, dtype=code, shape=list(t.shape),
                   root=root, process_set=_set_id(process_set), error=err)
 
 
+@collective(BROADCAST, "grouped_broadcast")
 def grouped_broadcast_async_(tensors, root_rank, name=None, process_set=global_process_set):
     _topology()
-    root, err = _root_in_set(root_rank, process_set)
     base = auto_name("grouped_broadcast", name, process_set)
+    expect_group(base, [f"{base}.{i}" for i in range(len(tensors))])
+    root, err = _root_in_set(root_rank, process_set)
     handles = []
     for i, t in enumerate(tensors):
         t = _writable_contiguous(t, "grouped_broadcast_ (in place)")
@@ -327,21 +341,24 @@ def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
 
 def _splits_list(splits):
     """(splits as a list of ints, error text). Problems are not raised here but sent
-    with the request, so every rank of the collective fails with the same message."""
+    with the request, so every rank of the collective fails with the same message
+    (and the same class: the text starts with it, see horovodlite.handles)."""
     if splits is None:
         return [], ""
     s = np.asarray(splits)
     if s.dtype.kind not in "iu":
-        return [], f"splits must be integers, got dtype {s.dtype}"
+        return [], f"ValueError: splits must be integers, got dtype {s.dtype}"
     if s.ndim != 1:
-        return [], f"splits must be 1-D (one entry per rank), got shape {s.shape}"
+        return [], f"ValueError: splits must be 1-D (one entry per rank), got shape {s.shape}"
     if s.size == 0:
-        return [], "splits is empty, expected one entry per rank"
+        return [], "ValueError: splits is empty, expected one entry per rank"
     return [int(x) for x in s], ""
 
 
+@collective(ALLTOALL, "alltoall")
 def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
     _topology()
+    name = auto_name("alltoall", name, process_set)
     src = _contiguous(tensor)
     split_list, err = _splits_list(splits)
     dt = src.dtype
@@ -349,7 +366,6 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
     def finish(h):
         return _engine_output(h, dt), np.asarray(_core.aux(h), dtype=np.int32)
 
-    name = auto_name("alltoall", name, process_set)
     return _submit_engine_output("alltoall", src, name, process_set, finish=finish, op=ALLTOALL,
                                  splits=split_list, error=err)
 
@@ -375,11 +391,12 @@ def _reducescatter_submit(tensor, name, op, prescale, postscale, process_set, gr
                                  prescale=float(prescale), postscale=float(postscale))
 
 
+@collective(REDUCESCATTER, "reducescatter")
 def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set,
                         prescale_factor=1.0, postscale_factor=1.0):
     _topology()
-    op = resolve_op(op, None)
     name = auto_name("reducescatter", name, process_set)
+    op = resolve_op(op, None)
     return _reducescatter_submit(tensor, name, op, prescale_factor, postscale_factor, process_set)
 
 
@@ -396,11 +413,13 @@ def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
                                            postscale_factor))
 
 
+@collective(REDUCESCATTER, "grouped_reducescatter")
 def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=global_process_set,
                                 prescale_factor=1.0, postscale_factor=1.0):
     _topology()
-    op = resolve_op(op, None)
     base = auto_name("grouped_reducescatter", name, process_set)
+    expect_group(base, [f"{base}.{i}" for i in range(len(tensors))])
+    op = resolve_op(op, None)
     return _GroupHandle([_reducescatter_submit(t, f"{base}.{i}", op, prescale_factor,
                                                postscale_factor, process_set, base, len(tensors))
                          for i, t in enumerate(tensors)])

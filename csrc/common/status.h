@@ -7,7 +7,9 @@ namespace hvdl {
 
 class Status {
  public:
-  enum Code { OK = 0, MISMATCH, ABORTED, INVALID, INTERNAL };
+  // INVALID_VALUE / INVALID_TYPE: arguments wrong on their face (Python raises an
+  // error that is a ValueError / TypeError as well as a HorovodInternalError).
+  enum Code { OK = 0, MISMATCH, ABORTED, INVALID, INTERNAL, INVALID_VALUE, INVALID_TYPE };
   Status() = default;
   static Status ok() { return Status(); }
   static Status error(Code c, std::string msg) { return Status(c, std::move(msg)); }

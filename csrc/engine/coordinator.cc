@@ -1,6 +1,7 @@
 #include "coordinator.h"
 
 #include <algorithm>
+#include <cstring>
 #include <sstream>
 
 #include "../common/logging.h"
@@ -63,10 +64,22 @@ Response Coordinator::validate(const Pending& p) const {
   for (int r : joined_) resp.joined.push_back(r);
 
   // Arguments a rank found invalid before enqueueing fail the collective everywhere.
+  // Ranks say which Python class their error is ("TypeError: ..."); the others raise
+  // the first failing rank's class too.
   std::string arg_errors;
-  for (size_t r = 0; r < reqs.size(); ++r)
-    if (reqs[r] && !reqs[r]->error.empty())
-      arg_errors += (arg_errors.empty() ? "" : "; ") + ("rank " + std::to_string(r) + ": " + reqs[r]->error);
+  for (size_t r = 0; r < reqs.size(); ++r) {
+    if (!reqs[r] || reqs[r]->error.empty()) continue;
+    std::string e = reqs[r]->error;
+    int kind = Response::INTERNAL_ERROR;
+    for (auto [prefix, k] : {std::pair<const char*, int>{"TypeError: ", Response::TYPE_ERROR},
+                             {"ValueError: ", Response::VALUE_ERROR}})
+      if (e.rfind(prefix, 0) == 0) {
+        kind = k;
+        e.erase(0, std::strlen(prefix));  // the class is in the exception, not the text
+      }
+    if (arg_errors.empty()) resp.error_kind = kind;
+    arg_errors += (arg_errors.empty() ? "" : "; ") + ("rank " + std::to_string(r) + ": " + e);
+  }
   if (!arg_errors.empty()) {
     resp.error = std::string("horovodlite: ") + op_type_name(first->op) + " '" + first->name +
                  "': invalid arguments: " + arg_errors;

@@ -6,6 +6,7 @@
 
 #include "../common/env.h"
 #include "../common/logging.h"
+#include "../transport/peer_health.h"
 #include "timeline.h"
 #include "device.h"
 
@@ -34,14 +35,26 @@ static EngineParams read_params() {
   // Read at every init (ring_segment_bytes() keeps the first value for the process).
   p.segment_bytes = static_cast<size_t>(std::max<long long>(64, env_int("RING_SEGMENT_BYTES", 1 << 20)));
   p.autotune = env_int("AUTOTUNE", 0) != 0;
+  p.peer_timeout_s = env_double("PEER_TIMEOUT_SECONDS", 30);
+  // Set by horovodlite-run: where ranks note failures for its first-failure report.
+  p.failure_report_dir = env_str("FAILURE_REPORT_DIR");
   return p;
 }
 
 void Engine::init(long long fortran_comm, const std::vector<int>& ranks) {
   std::lock_guard<std::mutex> l(mu_);
   if (world_) return;
+  // After a failure MPI's world is unusable, except to survivors that brought a
+  // communicator of the living (elastic training: ULFM's shrink, or a merge of it).
+  std::string lost = PeerHealth::get().first_failure();
+  if (!lost.empty() && fortran_comm < 0)
+    throw std::runtime_error(
+        "horovodlite cannot be initialized again in this process: its MPI world lost a "
+        "member (" + lost + "); MPI cannot be used after that. Start a new job.");
   params_ = read_params();
   world_ = make_mpi_world(fortran_comm, ranks);
+  PeerHealth::get().set_report_dir(params_.failure_report_dir);
+  world_->watch_peers(params_.peer_timeout_s);
   const Topology& t = world_->topology();
   set_log_rank(t.rank);
   std::vector<int> all(t.size);
@@ -135,12 +148,12 @@ std::shared_ptr<HandleState> Engine::handle(int64_t id) {
   return h;
 }
 
-void Engine::wait(HandleState& h) {
+bool Engine::wait(HandleState& h, std::chrono::nanoseconds limit) {
   if (!h.poll()) {
     std::lock_guard<std::mutex> l(mu_);
     for (auto& kv : workers_) kv.second->queue().request_flush();
   }
-  h.wait();
+  return h.wait(limit);
 }
 
 int Engine::add_process_set(const std::vector<int>& ranks) {

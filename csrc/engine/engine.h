@@ -38,7 +38,8 @@ class Engine {
   int64_t enqueue(EnqueueArgs a);
   std::shared_ptr<HandleState> handle(int64_t id);
   void release(int64_t id) { handles_.release(id); }
-  void wait(HandleState& h);  // blocks; caller releases the GIL
+  // Blocks until done or `limit` passed; returns done. The caller releases the GIL.
+  bool wait(HandleState& h, std::chrono::nanoseconds limit = std::chrono::nanoseconds::max());
 
   // Process sets: collective over all ranks. Returns the new id.
   int add_process_set(const std::vector<int>& ranks);

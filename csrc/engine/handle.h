@@ -43,12 +43,19 @@ struct HandleState {
   void notify() { cv.notify_all(); }
   // Small collectives finish within microseconds: check (yielding the core) for a
   // short while before paying for a sleep and a wake-up through the kernel.
-  void wait() {
-    auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(50);
+  // Returns done(): false when `limit` passed first (callers wake up that often to
+  // run signal handlers, so Ctrl-C and alarms work while a peer is slow).
+  bool wait(std::chrono::nanoseconds limit = std::chrono::nanoseconds::max()) {
+    auto start = std::chrono::steady_clock::now();
+    auto until = start + std::chrono::microseconds(50);
     while (!done.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < until)
       std::this_thread::yield();
     std::unique_lock<std::mutex> l(mu);
-    cv.wait(l, [&] { return done.load(); });
+    if (limit == std::chrono::nanoseconds::max()) {
+      cv.wait(l, [&] { return done.load(); });
+      return true;
+    }
+    return cv.wait_until(l, start + limit, [&] { return done.load(); });
   }
   bool poll() { return done.load(std::memory_order_acquire); }
 };

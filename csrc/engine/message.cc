@@ -115,6 +115,7 @@ std::string encode_responses(const std::vector<Response>& v) {
     w.str(p.name); w.pod(p.op); w.pod(p.dtype); w.vec(p.shape); w.pod(p.reduce_op);
     w.pod(p.prescale); w.pod(p.postscale); w.pod(p.root); w.pod(p.device); w.vec(p.sizes);
     w.vec(p.joined); w.str(p.group); w.str(p.error); w.pod(p.last_joined);
+    w.pod(p.error_kind);
   }
   return w.out;
 }
@@ -129,6 +130,7 @@ std::vector<Response> decode_responses(const std::string& bytes) {
     p.postscale = r.pod<double>(); p.root = r.pod<int32_t>(); p.device = r.pod<int32_t>();
     p.sizes = r.vec<int64_t>(); p.joined = r.vec<int32_t>(); p.group = r.str();
     p.error = r.str(); p.last_joined = r.pod<int32_t>();
+    p.error_kind = r.pod<int32_t>();
     v.push_back(std::move(p));
   }
   return v;

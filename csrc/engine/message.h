@@ -57,6 +57,10 @@ struct Response {
   std::string group;
   std::string error;  // non-empty: fail the tensor on every rank with this message
   int32_t last_joined = -1;  // JOIN: the last rank to join
+  // What kind of error `error` is, so every rank raises the same class: a rank's
+  // arguments wrong on their face (Python ValueError / TypeError) or anything else.
+  enum ErrorKind : int32_t { INTERNAL_ERROR = 0, VALUE_ERROR = 1, TYPE_ERROR = 2 };
+  int32_t error_kind = INTERNAL_ERROR;
   // Local only (never encoded): this rank took it from its response cache this round,
   // so the cache already holds it and executing it need not store it again.
   bool from_cache = false;

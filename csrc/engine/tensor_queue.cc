@@ -1,5 +1,7 @@
 #include "tensor_queue.h"
 
+#include <algorithm>
+
 #include <stdexcept>
 
 namespace hvdl {
@@ -9,7 +11,7 @@ void TensorQueue::push(std::unique_ptr<TensorEntry> e) {
   {
     std::lock_guard<std::mutex> l(mu_);
     const std::string& name = e->req.name;
-    if (closed_) throw std::runtime_error(closed_why_);
+    if (closed_) throw QueueClosed(closed_why_);
     if (table_.count(name))
       throw std::invalid_argument("horovodlite: a collective named '" + name +
                                   "' is already in flight on this rank; names must be unique "
@@ -119,6 +121,14 @@ void TensorQueue::request_shutdown() {
 bool TensorQueue::shutdown_requested() {
   std::lock_guard<std::mutex> l(mu_);
   return shutdown_;
+}
+
+std::vector<std::string> TensorQueue::in_flight_names() {
+  std::lock_guard<std::mutex> l(mu_);
+  std::vector<std::string> names;
+  for (auto& kv : table_) names.push_back(kv.first);
+  std::sort(names.begin(), names.end());
+  return names;
 }
 
 }  // namespace hvdl

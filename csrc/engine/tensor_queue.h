@@ -8,6 +8,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -18,6 +19,12 @@
 namespace hvdl {
 
 using Clock = std::chrono::steady_clock;
+
+// push() on a queue whose background thread has stopped (shut down, or failed: a
+// peer was lost). Python sees a HorovodInternalError, like Horovod's.
+struct QueueClosed : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
 
 struct TensorEntry {
   Request req;
@@ -48,6 +55,8 @@ class TensorQueue {
   static constexpr std::chrono::microseconds kBurstGap{100};
   std::unique_ptr<TensorEntry> take(const std::string& name);
   bool has_in_flight();
+  // Names of every tensor submitted and not yet executed (sorted).
+  std::vector<std::string> in_flight_names();
   std::vector<std::unique_ptr<TensorEntry>> take_all();
   // The background thread has stopped: refuse new work from now on (it would wait
   // forever) and hand back what is still queued so it can be failed.

@@ -6,12 +6,20 @@
 #include <thread>
 
 #include "../common/logging.h"
+#include "../transport/peer_health.h"
 #include "collective_op.h"
 #include "fusion_planner.h"
 
 namespace hvdl {
 
 using namespace std::chrono;
+
+namespace {
+// A collective was given up half way (here or by a peer): the set ends on every rank.
+struct SetAbandoned : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+}  // namespace
 
 // Bytes of tensor data a response moves per rank (what the autotuner and timeline count).
 static size_t payload_bytes(const Response& r) {
@@ -55,6 +63,10 @@ void Worker::wait_for_round() {
   // Only a round changes the controller's deadlines (stall checks, readiness reports).
   const auto deadline = controller_.next_deadline();
   for (;;) {
+    // A rank waiting here may be waiting for a peer that will never come: a failure
+    // of a member ends the wait (and every collective of this set) at once.
+    transport_->check_alive();
+    PeerHealth::beat();
     if (Clock::now() < spin_until) {
       uint64_t rung = transport_->poll_ring();
       if (rung >= round_) return;
@@ -85,6 +97,7 @@ void Worker::wait_for_round() {
 
 void Worker::loop() {
   prctl(PR_SET_TIMERSLACK, 1000UL);  // short sleeps must stay short (default slack: 50 us)
+  PeerHealth::Registration beating("process set " + std::to_string(id_));
   std::string why;
   while (running_) {
     try {
@@ -104,11 +117,29 @@ void Worker::loop() {
       uint64_t bytes = execute(res.responses, tl, Clock::now());
       if (tuner_) tuner_->record(res.responses, bytes, Clock::now());
       if (res.shutdown) running_ = false;
+    } catch (const PeerFailure& e) {
+      why = e.what();
+      running_ = false;
+    } catch (const SetAbandoned& e) {
+      HVDL_LOG(ERROR) << e.what();
+      why = e.what();
+      running_ = false;
     } catch (const std::exception& e) {
       HVDL_LOG(ERROR) << "process set " << id_ << ": background loop failed: " << e.what();
       why = std::string("horovodlite: background loop failed: ") + e.what();
       running_ = false;
     }
+  }
+  if (!why.empty()) {
+    // Say which of this rank's tensors the failure took down (what was in flight).
+    auto names = queue_.in_flight_names();
+    if (!names.empty()) {
+      std::string list;
+      for (size_t i = 0; i < names.size() && i < 8; ++i) list += (i ? ", '" : "'") + names[i] + "'";
+      if (names.size() > 8) list += " and " + std::to_string(names.size() - 8) + " more";
+      why += "; process set " + std::to_string(id_) + " had in flight: " + list;
+    }
+    HVDL_LOG(DEBUG) << why;
   }
   if (why.empty())
     why = queue_.shutdown_requested()
@@ -151,6 +182,8 @@ uint64_t Worker::execute(const std::vector<Response>& responses, Timeline* tl,
                          Clock::time_point agreed) {
   uint64_t total_bytes = 0;
   std::vector<size_t> sizes;
+  std::string abandoned;
+  bool peer_failed = false;
   for (auto& group : plan_fusion(responses, params_.fusion_threshold, allreduce_.get())) {
     std::vector<std::unique_ptr<TensorEntry>> owned;
     std::vector<TensorEntry*> entries;
@@ -171,7 +204,10 @@ uint64_t Worker::execute(const std::vector<Response>& responses, Timeline* tl,
         if (!r->name.empty()) tl->queued(r->name, agreed, begin);
     }
     if (!head.ok()) {
-      st = Status::error(Status::MISMATCH, head.error);
+      st = Status::error(head.error_kind == Response::TYPE_ERROR    ? Status::INVALID_TYPE
+                         : head.error_kind == Response::VALUE_ERROR ? Status::INVALID_VALUE
+                                                                    : Status::MISMATCH,
+                         head.error);
     } else if (!op) {
       st = Status::error(Status::INTERNAL, std::string("horovodlite: ") + op_type_name(head.op) +
                                                " is not supported by this build");
@@ -199,6 +235,12 @@ uint64_t Worker::execute(const std::vector<Response>& responses, Timeline* tl,
         }
         st = Status::error(Status::INTERNAL, std::string("horovodlite: ") + op_type_name(head.op) +
                                                  " '" + head.name + "' failed: " + e.what());
+        // Given up half way on this rank only, it would leave the peers waiting for
+        // data that never comes, and whatever they sent in step with the next
+        // collective: tell them, and end this set on every rank (below).
+        peer_failed = dynamic_cast<const PeerFailure*>(&e) != nullptr;
+        if (!peer_failed) transport_->abandon(st.message());
+        abandoned = st.message();
       }
     }
     if (tl) tl->executed(group, sizes, begin, Clock::now(), trace);
@@ -208,6 +250,13 @@ uint64_t Worker::execute(const std::vector<Response>& responses, Timeline* tl,
     }
     for (auto* e : entries)
       if (e) e->handle->notify();
+    if (!abandoned.empty()) {
+      // The rest of this round's groups fail with the set (its queue is closed).
+      if (peer_failed) throw PeerFailure(abandoned);
+      throw SetAbandoned(abandoned + "; process set " + std::to_string(id_) +
+                         " can run no more collectives (hvd.shutdown() and hvd.init() "
+                         "start afresh)");
+    }
   }
   stats_.bytes += total_bytes;
   return total_bytes;

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 
 #include "../transport/transport.h"
@@ -26,6 +27,8 @@ struct EngineParams {
   double stall_warn_s = 60, stall_fail_s = 0;
   size_t segment_bytes = 1u << 20;  // ring pipelining
   bool autotune = false;            // rank 0 of the global set tunes the knobs above
+  double peer_timeout_s = 30;       // a peer silent this long is declared dead (0: not watched)
+  std::string failure_report_dir;   // horovodlite-run's first-failure report
 };
 
 struct WorkerStats {

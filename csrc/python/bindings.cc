@@ -11,6 +11,7 @@
 #include "../engine/engine.h"
 #include "../collectives/shm_allreduce.h"
 #include "../engine/output_pool.h"
+#include "../transport/peer_health.h"
 #include "../transport/shared_arena.h"
 #include "../reduce/identity.h"
 #include "../reduce/reduce.h"
@@ -53,6 +54,15 @@ void* address_of(py::handle h) {
   }
   PyErr_Clear();
   return array_interface(h, nullptr);
+}
+
+// Enqueues; a closed queue (shut down, or a lost peer) is a HorovodInternalError.
+int64_t submit(EnqueueArgs a) {
+  try {
+    return Engine::get().enqueue(std::move(a));
+  } catch (const QueueClosed& e) {
+    throw InternalError(e.what());
+  }
 }
 
 // The request fields every collective has. GPU tensors come with the producer's
@@ -106,7 +116,7 @@ int64_t enqueue_allreduce(const std::string& name, py::handle in, py::handle out
     a.input = array_interface(in, &a.req.shape);
   }
   a.output = in.is(out) ? const_cast<void*>(a.input) : address_of(out);
-  return Engine::get().enqueue(std::move(a));
+  return submit(std::move(a));
 }
 
 int64_t enqueue(int op, const std::string& name, py::handle in, py::handle out, int dtype,
@@ -121,19 +131,45 @@ int64_t enqueue(int op, const std::string& name, py::handle in, py::handle out, 
   a.req.error = error;
   a.input = address_of(in);
   a.output = address_of(out);
-  return Engine::get().enqueue(std::move(a));
+  return submit(std::move(a));
 }
 
 // Waits for `h` without the GIL; `release` also drops the handle, whatever the outcome
 // (one call for results that do not need the handle any more).
+// Python classes for errors in arguments wrong on their face: subclasses of both
+// HorovodInternalError and ValueError / TypeError (set by horovodlite.basics).
+// Raw references, kept for the life of the process (a py::object would be released
+// after the interpreter is gone).
+PyObject* g_value_error = nullptr;
+PyObject* g_type_error = nullptr;
+
+[[noreturn]] void raise_status(const Status& s) {
+  PyObject* cls = s.code() == Status::INVALID_VALUE  ? g_value_error
+                  : s.code() == Status::INVALID_TYPE ? g_type_error
+                                                     : nullptr;
+  if (!cls) throw InternalError(s.message());
+  PyErr_SetString(cls, s.message().c_str());
+  throw py::error_already_set();
+}
+
+// Waits for `h` without the GIL, taking it back every 100 ms to run Python's signal
+// handlers: a KeyboardInterrupt (or an alarm's exception) leaves the collective
+// pending, so a later synchronize of the same handle can still complete it.
+// `release` also drops the handle once it is done, whatever the outcome (one call
+// for results that do not need the handle any more).
 void wait(int64_t h, bool release) {
   auto st = Engine::get().handle(h);
-  {
-    py::gil_scoped_release nogil;
-    Engine::get().wait(*st);
+  for (;;) {
+    bool done;
+    {
+      py::gil_scoped_release nogil;
+      done = Engine::get().wait(*st, std::chrono::milliseconds(100));
+    }
+    if (done) break;
+    if (PyErr_CheckSignals() != 0) throw py::error_already_set();
   }
   if (release) Engine::get().release(h);
-  if (!st->status.is_ok()) throw InternalError(st->status.message());
+  if (!st->status.is_ok()) raise_status(st->status);
 }
 
 // A flat uint8 array over `block`, which it keeps alive.
@@ -167,6 +203,8 @@ PYBIND11_MODULE(_core, m) {
     Engine::get().shutdown();
   });
   m.def("is_initialized", [] { return Engine::get().initialized(); });
+  // Whether any world of this process lost a member (then MPI must not be finalized).
+  m.def("ever_failed", [] { return PeerHealth::get().ever_failed(); });
   m.def("topology", [] {
     const Topology& t = Engine::get().topology();
     py::dict d;
@@ -210,6 +248,12 @@ PYBIND11_MODULE(_core, m) {
         py::arg("output"), py::arg("dtype"), py::arg("reduce_op"), py::arg("prescale"),
         py::arg("postscale"), py::arg("group"), py::arg("group_size"), py::arg("process_set"),
         py::arg("shape") = py::none(), py::arg("device") = -1, py::arg("stream") = py::none());
+  m.def("_set_error_classes", [](py::object value_error, py::object type_error) {
+    Py_XDECREF(g_value_error);
+    Py_XDECREF(g_type_error);
+    g_value_error = value_error.inc_ref().ptr();
+    g_type_error = type_error.inc_ref().ptr();
+  });
   m.def("poll", [](int64_t h) { return Engine::get().handle(h)->poll(); });
   m.def("wait", [](int64_t h) { wait(h, false); });
   m.def("wait_release", [](int64_t h) { wait(h, true); });

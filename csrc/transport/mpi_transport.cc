@@ -14,6 +14,9 @@
 
 #include "../common/env.h"
 #include "../common/logging.h"
+#include "mpi_failures.h"
+#include "mpi_heartbeat.h"
+#include "peer_health.h"
 #include "world.h"
 
 namespace hvdl {
@@ -22,20 +25,38 @@ namespace {
 // MPI counts are ints: larger transfers are split into pieces of this many bytes.
 constexpr size_t kMaxPiece = size_t(1) << 30;
 
+void check(int rc, const char* what) {
+  if (rc != MPI_SUCCESS) mpi_failures::raise(MPI_COMM_NULL, rc, what);
+}
+
 // OpenMPI's blocking calls spin at full speed while waiting for a peer, which on a
 // machine with fewer cores than threads starves the very peer being waited for.
 // We wait politely instead: test briefly, then yield, then sleep with a growing
 // interval. Each MPI_Test also drives progress (e.g. the single-copy transfers).
-void wait_polite(MPI_Request* reqs, int n) {
+// No wait is without a way out: an error return (a failed peer under ULFM, a revoked
+// communicator) and a failure of one of `members` (world ranks) that PeerHealth
+// knows of both end it with a PeerFailure.
+// `check()` runs once a millisecond of waiting: it throws to end the wait (a failed
+// member, a peer that abandoned the collective). Short waits never pay for it.
+template <class Check>
+void wait_polite(MPI_Request* reqs, int n, MPI_Comm comm, const char* what, Check&& check) {
   using namespace std::chrono;
   auto start = steady_clock::now();
+  auto checked = start;
   auto nap = microseconds(2);
   for (;;) {
     int flag = 0;
-    MPI_Testall(n, reqs, &flag, MPI_STATUSES_IGNORE);
+    int rc = MPI_Testall(n, reqs, &flag, MPI_STATUSES_IGNORE);
+    if (rc != MPI_SUCCESS) mpi_failures::raise(comm, rc, what);
     if (flag) return;
-    auto waited = steady_clock::now() - start;
+    auto now = steady_clock::now();
+    auto waited = now - start;
     if (waited < microseconds(20)) continue;
+    if (now - checked >= milliseconds(1)) {
+      checked = now;
+      check();
+      PeerHealth::beat();
+    }
     if (waited < microseconds(200)) {
       std::this_thread::yield();
       continue;
@@ -45,14 +66,10 @@ void wait_polite(MPI_Request* reqs, int n) {
   }
 }
 
-void check(int rc, const char* what) {
-  if (rc != MPI_SUCCESS) {
-    char msg[MPI_MAX_ERROR_STRING];
-    int len = 0;
-    MPI_Error_string(rc, msg, &len);
-    throw std::runtime_error(std::string(what) + ": " + std::string(msg, len));
-  }
-}
+// A wake-up carrying this instead of a round number: the sender gave up a collective
+// half way (a local error during its execution), so the data stream between the
+// ranks of this set is out of step and nobody may wait on it any more.
+constexpr uint64_t kAbandoned = UINT64_MAX;
 
 class MpiTransport : public Transport {
  public:
@@ -60,6 +77,8 @@ class MpiTransport : public Transport {
     check(MPI_Comm_dup(base, &data_), "MPI_Comm_dup");
     check(MPI_Comm_dup(base, &ctrl_), "MPI_Comm_dup");
     check(MPI_Comm_dup(base, &bell_), "MPI_Comm_dup");
+    for (MPI_Comm c : {data_, ctrl_, bell_}) mpi_failures::adopt(c);
+    members_ = mpi_failures::world_ranks_of(data_);
     MPI_Comm_rank(data_, &rank_);
     MPI_Comm_size(data_, &size_);
     bell_out_.assign(size_, 0);
@@ -67,11 +86,21 @@ class MpiTransport : public Transport {
   }
 
   ~MpiTransport() override {
-    // Wake-ups may still be in flight towards us; let every rank finish sending,
-    // then consume what arrived so freeing the communicator leaves nothing behind.
-    if (!bell_sends_.empty())
-      MPI_Waitall(static_cast<int>(bell_sends_.size()), bell_sends_.data(), MPI_STATUSES_IGNORE);
-    barrier();
+    for (MPI_Comm c : {data_, ctrl_, bell_}) mpi_failures::forget(c);
+    // After a peer failed, nothing here may wait on it: leave the requests and
+    // communicators be (the process will not finalize this world either).
+    if (broken()) return;
+    try {
+      // Wake-ups may still be in flight towards us; let every rank finish sending,
+      // then consume what arrived so freeing the communicator leaves nothing behind.
+      if (!bell_sends_.empty())
+        wait(bell_sends_.data(), static_cast<int>(bell_sends_.size()), bell_,
+             "MPI_Waitall (wake-ups)");
+      barrier();
+    } catch (const std::exception& e) {
+      HVDL_LOG(DEBUG) << "closing a transport after a failure: " << e.what();
+      return;
+    }
     MPI_Cancel(&bell_req_);
     MPI_Wait(&bell_req_, MPI_STATUS_IGNORE);
     int flag = 1;
@@ -83,10 +112,31 @@ class MpiTransport : public Transport {
         MPI_Recv(&v, 1, MPI_UINT64_T, st.MPI_SOURCE, 0, bell_, MPI_STATUS_IGNORE);
       }
     }
-    wait_all();
+    try {
+      wait_all();
+    } catch (const std::exception&) {
+      return;
+    }
     MPI_Comm_free(&bell_);
     MPI_Comm_free(&ctrl_);
     MPI_Comm_free(&data_);
+  }
+
+  void check_alive() const override {
+    PeerHealth::get().check(&members_);
+    if (!abandoned_.empty()) throw std::runtime_error(abandoned_);
+  }
+
+  void abandon(const std::string& why) override {
+    drain();
+    if (!abandoned_.empty()) return;
+    abandoned_ = "horovodlite: this process set can run no more collectives: " + why;
+    for (int p = 0; p < size_; ++p) {
+      if (p == rank_) continue;
+      MPI_Request r;
+      if (MPI_Isend(&kAbandonedValue, 1, MPI_UINT64_T, p, 0, bell_, &r) == MPI_SUCCESS)
+        MPI_Request_free(&r);  // never waited on: the peer may be gone
+    }
   }
 
   int rank() const override { return rank_; }
@@ -99,11 +149,31 @@ class MpiTransport : public Transport {
 
   void wait(Op op) override {
     auto [begin, end] = ops_.at(op);
-    wait_polite(reqs_.data() + begin, end - begin);
+    try {
+      wait(reqs_.data() + begin, end - begin, data_, "MPI_Waitall (data)");
+    } catch (const PeerFailure&) {
+      throw;
+    } catch (...) {
+      drain();
+      throw;
+    }
   }
 
   void wait_all() override {
-    if (!reqs_.empty()) wait_polite(reqs_.data(), static_cast<int>(reqs_.size()));
+    if (!reqs_.empty()) {
+      try {
+        wait(reqs_.data(), static_cast<int>(reqs_.size()), data_, "MPI_Waitall (data)");
+      } catch (const PeerFailure&) {
+        // The transfers never finish: forget them, the next collective must not wait
+        // on them again (a failure has been declared; this set is done).
+        reqs_.clear();
+        ops_.clear();
+        throw;
+      } catch (...) {
+        drain();  // a collective given up half way: nothing may touch its buffers after
+        throw;
+      }
+    }
     reqs_.clear();
     ops_.clear();
   }
@@ -112,7 +182,7 @@ class MpiTransport : public Transport {
     MPI_Request r;
     check(MPI_Iallreduce(MPI_IN_PLACE, words, static_cast<int>(n), MPI_UINT64_T, MPI_BAND, ctrl_, &r),
           "MPI_Iallreduce");
-    wait_polite(&r, 1);
+    wait(&r, 1, ctrl_, "negotiation");
   }
 
   std::vector<std::string> gather(const std::string& mine, int root) override {
@@ -120,7 +190,7 @@ class MpiTransport : public Transport {
     std::vector<int> lens(rank_ == root ? size_ : 0), displs;
     MPI_Request r;
     check(MPI_Igather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, root, ctrl_, &r), "MPI_Igather");
-    wait_polite(&r, 1);
+    wait(&r, 1, ctrl_, "negotiation");
     std::string all;
     if (rank_ == root) {
       displs.resize(size_);
@@ -131,7 +201,7 @@ class MpiTransport : public Transport {
     check(MPI_Igatherv(mine.data(), len, MPI_BYTE, all.data(), lens.data(), displs.data(),
                        MPI_BYTE, root, ctrl_, &r),
           "MPI_Igatherv");
-    wait_polite(&r, 1);
+    wait(&r, 1, ctrl_, "negotiation");
     std::vector<std::string> out;
     if (rank_ == root)
       for (int i = 0; i < size_; ++i) out.emplace_back(all.substr(displs[i], lens[i]));
@@ -142,43 +212,49 @@ class MpiTransport : public Transport {
     long long len = static_cast<long long>(bytes.size());
     MPI_Request r;
     check(MPI_Ibcast(&len, 1, MPI_LONG_LONG, root, ctrl_, &r), "MPI_Ibcast");
-    wait_polite(&r, 1);
+    wait(&r, 1, ctrl_, "negotiation");
     bytes.resize(static_cast<size_t>(len));
     check(MPI_Ibcast(bytes.data(), static_cast<int>(len), MPI_BYTE, root, ctrl_, &r), "MPI_Ibcast");
-    wait_polite(&r, 1);
+    wait(&r, 1, ctrl_, "negotiation");
   }
 
   void barrier() override {
     MPI_Request r;
     check(MPI_Ibarrier(ctrl_, &r), "MPI_Ibarrier");
-    wait_polite(&r, 1);
+    wait(&r, 1, ctrl_, "negotiation");
   }
 
   std::unique_ptr<Transport> split(int color, int key) override;
 
   void ring(uint64_t round) override {
     if (!bell_sends_.empty()) {
-      MPI_Waitall(static_cast<int>(bell_sends_.size()), bell_sends_.data(), MPI_STATUSES_IGNORE);
+      wait(bell_sends_.data(), static_cast<int>(bell_sends_.size()), bell_,
+           "MPI_Waitall (wake-ups)");
       bell_sends_.clear();
     }
     for (int p = 0; p < size_; ++p) {
       if (p == rank_) continue;
       bell_out_[p] = round;
       MPI_Request r;
-      MPI_Isend(&bell_out_[p], 1, MPI_UINT64_T, p, 0, bell_, &r);
+      check(MPI_Isend(&bell_out_[p], 1, MPI_UINT64_T, p, 0, bell_, &r), "MPI_Isend (wake-up)");
       bell_sends_.push_back(r);
     }
   }
 
   uint64_t poll_ring() override {
-    uint64_t best = 0;
+    uint64_t best = early_ring_;
+    early_ring_ = 0;
     for (;;) {
       int flag = 0;
-      MPI_Test(&bell_req_, &flag, MPI_STATUS_IGNORE);
+      MPI_Status st;
+      int rc = MPI_Test(&bell_req_, &flag, &st);
+      if (rc != MPI_SUCCESS) mpi_failures::raise(bell_, rc, "MPI_Test (wake-up)");
       if (!flag) break;
+      take_bell(bell_in_, st);
       best = std::max(best, bell_in_);
       post_bell_recv();
     }
+    check_alive();
     return best;
   }
 
@@ -205,7 +281,76 @@ class MpiTransport : public Transport {
     return static_cast<Op>(ops_.size() - 1);
   }
 
+  // Before the buffers of a collective given up half way are freed: cancel what is
+  // outstanding, and give what already matched (the peers drain too) a moment to
+  // finish. A send still unmatched then is to a peer that cancelled its receive, so
+  // it never reads our buffer.
+  void drain() {
+    for (auto& r : reqs_)
+      if (r != MPI_REQUEST_NULL) MPI_Cancel(&r);
+    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+    for (;;) {
+      bool left = false;
+      for (auto& r : reqs_) {
+        if (r == MPI_REQUEST_NULL) continue;
+        int flag = 0;
+        MPI_Test(&r, &flag, MPI_STATUS_IGNORE);
+        if (!flag) left = true;
+      }
+      if (!left || std::chrono::steady_clock::now() > until) break;
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+    reqs_.clear();
+    ops_.clear();
+  }
+
+  void wait(MPI_Request* reqs, int n, MPI_Comm comm, const char* what) {
+    wait_polite(reqs, n, comm, what, [this] { watch(); });
+  }
+
+  // While waiting on the data or negotiation plane: a failed member or a peer that
+  // abandoned a collective ends the wait. Wake-ups that arrive meanwhile are kept for
+  // the next poll_ring().
+  void watch() {
+    PeerHealth::get().check(&members_);
+    for (;;) {
+      int flag = 0;
+      MPI_Status st;
+      if (MPI_Test(&bell_req_, &flag, &st) != MPI_SUCCESS || !flag) break;
+      take_bell(bell_in_, st);
+      early_ring_ = std::max(early_ring_, bell_in_);
+      post_bell_recv();
+    }
+    if (!abandoned_.empty()) throw std::runtime_error(abandoned_);
+  }
+
+  void take_bell(uint64_t& v, const MPI_Status& st) {
+    if (v != kAbandoned) return;
+    v = 0;
+    if (abandoned_.empty())
+      abandoned_ = "horovodlite: rank " + std::to_string(st.MPI_SOURCE) +
+                   " of this process set gave up a collective half way (a local error while "
+                   "it ran; see that rank's error); this process set can run no more "
+                   "collectives";
+  }
+
+  bool broken() const {
+    if (!abandoned_.empty()) return true;
+    PeerHealth& h = PeerHealth::get();
+    if (!h.any_failed()) return false;
+    try {
+      h.check(&members_);
+      return false;
+    } catch (const PeerFailure&) {
+      return true;
+    }
+  }
+
   MPI_Comm data_, ctrl_, bell_;
+  std::vector<int> members_;  // world ranks, by rank in this group
+  std::string abandoned_;     // non-empty: a collective was given up half way
+  uint64_t early_ring_ = 0;   // a wake-up seen while waiting on something else
+  static inline uint64_t kAbandonedValue = kAbandoned;
   int rank_ = 0, size_ = 1;
   std::vector<MPI_Request> reqs_;
   std::vector<std::pair<int, int>> ops_;
@@ -242,6 +387,10 @@ std::unique_ptr<Transport> MpiTransport::split(int color, int key) {
 bool g_we_initialized = false;
 
 void finalize_at_exit() {
+  // MPI_Finalize is collective in practice: after a peer was lost it can wait for
+  // that peer forever. A broken world is left unfinalized; the process just exits
+  // (the launcher then reports it, which is what a failed job should get).
+  if (PeerHealth::get().ever_failed()) return;
   int fin = 0;
   MPI_Finalized(&fin);
   if (!fin) MPI_Finalize();
@@ -270,6 +419,7 @@ std::string host_name() {
 class MpiWorld : public World {
  public:
   MpiWorld(MPI_Comm comm) : comm_(comm) {
+    mpi_failures::adopt(comm_);
     MPI_Comm_rank(comm_, &topo_.rank);
     MPI_Comm_size(comm_, &topo_.size);
     int provided = 0;
@@ -277,7 +427,32 @@ class MpiWorld : public World {
     threads_ = provided == MPI_THREAD_MULTIPLE;
     compute_topology();
   }
-  ~MpiWorld() override { MPI_Comm_free(&comm_); }
+  ~MpiWorld() override {
+    heartbeat_.reset();  // collective when healthy: every rank stops watching together
+    mpi_failures::forget(comm_);
+    if (!PeerHealth::get().any_failed()) MPI_Comm_free(&comm_);
+  }
+
+  void watch_peers(double timeout_s) override {
+    // Every rank's pid, so peers on this host can be watched through pidfds and the
+    // failure message can name the process.
+    int me = static_cast<int>(getpid());
+    std::vector<int> pids(topo_.size);
+    check(MPI_Allgather(&me, 1, MPI_INT, pids.data(), 1, MPI_INT, comm_), "MPI_Allgather");
+    PeerHealth::get().reset(topo_.rank, host_names_, pids, timeout_s);
+    mpi_failures::set_world(comm_);
+    mpi_failures::arm_revoke();
+    if (timeout_s <= 0) return;
+    if (!threads_) {
+      HVDL_LOG(WARNING) << "MPI gives no MPI_THREAD_MULTIPLE: peers are not watched by a "
+                           "heartbeat (a frozen peer is not detected)";
+      return;
+    }
+    std::vector<int> local(topo_.size, 0);
+    for (int r = 0; r < topo_.size; ++r)
+      if (topo_.host_of_rank[r] == topo_.host_of_rank[topo_.rank]) local[r] = pids[r];
+    heartbeat_ = std::make_unique<MpiHeartbeat>(comm_, local, timeout_s);
+  }
 
   const Topology& topology() const override { return topo_; }
   bool threads_supported() const override { return threads_; }
@@ -306,9 +481,13 @@ class MpiWorld : public World {
       if (it == hosts.end()) hosts.push_back(names[i]);
     }
     topo_ = topology_of(host_of_rank, topo_.rank);
+    host_names_.clear();
+    for (auto& n : names) host_names_.push_back(n.c_str());  // without the padding
   }
 
   MPI_Comm comm_;
+  std::vector<std::string> host_names_;
+  std::unique_ptr<MpiHeartbeat> heartbeat_;
   Topology topo_;
   bool threads_ = false;
 };

@@ -19,6 +19,7 @@
 
 #include "../common/env.h"
 #include "../common/logging.h"
+#include "peer_health.h"
 
 namespace hvdl {
 
@@ -223,12 +224,24 @@ void ShmWindow::check_usable() const {
 }
 
 void ShmWindow::check_peers() {
+  // A frozen peer (SIGSTOP) neither exits nor publishes: only the heartbeat can tell.
+  PeerHealth& health = PeerHealth::get();
+  health.check_pids(pids_);
+  PeerHealth::beat();
+  // A peer that exited is a failure of the world, not only of this window: say so
+  // (naming its rank and host), so every set stops waiting on it.
+  for (int r = 0; r < size_; ++r)
+    if (r != rank_ && !process_alive(pids_[r], pidfds_[r]))
+      health.declare_pid(pids_[r], "its process exited (pid " + std::to_string(pids_[r]) + ")");
+  health.check_pids(pids_);
   for (int r = 0; r < size_; ++r) {
     if (r == rank_) continue;
     const Header* h = header(r);
     uint32_t st = __atomic_load_n(&h->state, __ATOMIC_ACQUIRE);
     std::string who = "local rank " + std::to_string(r) + " (pid " + std::to_string(pids_[r]) + ")";
     if (st == kAborted) {
+      // Most often it gave up because a rank was lost: that failure is the news.
+      if (health.any_failed()) health.check(nullptr);
       char why[sizeof(h->why)];
       std::memcpy(why, h->why, sizeof(why));
       why[sizeof(why) - 1] = '\0';
@@ -236,8 +249,11 @@ void ShmWindow::check_peers() {
     }
     if (st == kClosed)
       throw std::runtime_error(who + " left while a shared-memory collective was in progress");
-    if (!process_alive(pids_[r], pidfds_[r]))
+    if (!process_alive(pids_[r], pidfds_[r])) {
+      health.declare_pid(pids_[r], "its process exited (pid " + std::to_string(pids_[r]) + ")");
+      health.check_pids(pids_);
       throw std::runtime_error(who + " exited during a shared-memory collective");
+    }
   }
 }
 

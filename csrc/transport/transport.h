@@ -42,6 +42,14 @@ class Transport {
     throw std::logic_error("this transport cannot be split into groups");
   }
 
+  // Throws (a PeerFailure, peer_health.h) when a member of this group is known to
+  // have failed; waits outside the transport (rounds, shared memory) call it.
+  virtual void check_alive() const {}
+  // This rank gave up a collective half way: the data between the ranks is out of
+  // step. Tell the peers (their waits on this group then fail) and refuse to wait
+  // on this group from now on. Transports that cannot do this do nothing.
+  virtual void abandon(const std::string& why) { (void)why; }
+
   // ---- wake-up: lets an idle rank sleep until a peer needs it in a round ----
   // Tell every other rank that negotiation round `round` has started.
   virtual void ring(uint64_t round) = 0;

@@ -53,6 +53,9 @@ class World {
   // Members get a transport whose ranks follow the list's order; others get nullptr.
   virtual std::unique_ptr<Transport> create_group(const std::vector<int>& world_ranks) = 0;
   virtual bool threads_supported() const = 0;
+  // Collective: start watching the peers' liveness (peer_health.h); a peer silent
+  // for `timeout_s` is declared dead. Worlds that cannot watch do nothing.
+  virtual void watch_peers(double timeout_s) { (void)timeout_s; }
 };
 
 // The MPI world. `fortran_comm` < 0 means MPI_COMM_WORLD, else an mpi4py communicator's

@@ -52,3 +52,4 @@ from .ops import (allgather, allreduce, alltoall, broadcast, grouped_allgather, 
                   grouped_allreduce, grouped_reducescatter, reducescatter)
 from .optimizer import (DistributedOptimizer, allreduce_gradients,  # noqa: F401
                         broadcast_optimizer_state, broadcast_parameters)
+from . import elastic  # noqa: F401,E402  (hvd.elastic.run, ObjectState over pytrees)

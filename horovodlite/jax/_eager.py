@@ -12,6 +12,7 @@ import jax.numpy as jnp
 from .. import dtypes
 from .. import ops as _np_ops
 from ..basics import _topology
+from .. import handles
 from ..handles import synchronize
 from ._kinds import ALLGATHER, ALLREDUCE, ALLTOALL, BROADCAST, KIND_NAMES, REDUCESCATTER
 
@@ -59,6 +60,21 @@ def impl(*args, kind, name, reduce_op, prescale, postscale, root, process_set, s
           out_dim0s, grouped):
     _topology()  # a clear error before init()
     ps = process_set_of(process_set)
+    try:
+        return _impl(args, kind, name, reduce_op, prescale, postscale, root, ps, splits,
+                     out_dim0s, grouped)
+    except Exception as e:
+        # A local error must fail the name on the peers too (horovodlite.handles).
+        names = [f"{name}.{i}" for i in range(len(args))] if grouped else [name]
+        err = handles.announce_failure(e, names, kind, ps, name if grouped else "",
+                                       len(args) if grouped else 0)
+        if err is e:
+            raise
+        raise err from None
+
+
+def _impl(args, kind, name, reduce_op, prescale, postscale, root, ps, splits, out_dim0s,
+          grouped):
     arrays = [np.asarray(a) for a in args]
     for a in arrays:
         dtypes.code_of(a.dtype, reducible=kind in (ALLREDUCE, REDUCESCATTER),

@@ -44,6 +44,10 @@ def _traced(leaves):
 
 
 def _check_dtypes(leaves, reducible, what):
+    """At trace time (jit). Concrete arrays are checked by the eager path after the
+    collective is named, which also fails the name on the other ranks."""
+    if not _traced(leaves):
+        return
     for x in leaves:
         K.code_of(x, reducible, what)
 

@@ -5,3 +5,4 @@ from ..tensorflow.keras import *  # noqa: F401,F403
 from ..tensorflow.keras import (DistributedOptimizer, PartialDistributedOptimizer,  # noqa: F401
                                 allgather, allreduce, broadcast, broadcast_global_variables,
                                 callbacks, load_model, reducescatter)
+from . import elastic  # noqa: F401,E402  (hvd.elastic.KerasState and its callbacks)

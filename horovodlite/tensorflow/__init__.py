@@ -67,3 +67,6 @@ def broadcast_global_variables(root_rank):
     raise RuntimeError("broadcast_global_variables is a TF 1 API; in TF 2 use "
                        "hvd.broadcast_variables(model.variables, root_rank) or the Keras "
                        "BroadcastGlobalVariablesCallback")
+
+
+from . import elastic  # noqa: F401,E402  (hvd.elastic.run, TensorFlowKerasState)

@@ -95,10 +95,22 @@ def run(fn, inputs, out_dtypes, out_shapes):
     def graph_fn(*arrays):
         return [_for_graph(o) for o in fn(*arrays)]
 
-    outs = tf.numpy_function(graph_fn, list(inputs), list(out_dtypes), stateful=True,
-                             name="horovodlite")
+    g = tf.compat.v1.get_default_graph()
+    # A graph run by a TF1 Session executes stateful ops in no particular order, on a
+    # pool of (cores) threads: each collective blocks its thread until every rank has
+    # submitted it, so ranks that started different collectives first waited for each
+    # other forever (seen with several allgathers in one session.run). Chaining them in
+    # creation order makes every rank run them in the same order. tf.function graphs
+    # order stateful ops themselves.
+    chain = not hasattr(g, "capture")  # FuncGraph (tf.function) has capture()
+    last = _last_op.get(g) if chain else None
+    with tf.control_dependencies([last] if last is not None else []):
+        outs = tf.numpy_function(graph_fn, list(inputs), list(out_dtypes), stateful=True,
+                                 name="horovodlite")
     if not isinstance(outs, (list, tuple)):
         outs = [outs]
+    if chain and outs:
+        _last_op[g] = outs[0].op
     for o, s in zip(outs, out_shapes):
         o.set_shape(s)
     return list(outs)
@@ -126,6 +138,7 @@ def _check_not_xla():
 
 
 _graph_counters = weakref.WeakKeyDictionary()
+_last_op = weakref.WeakKeyDictionary()  # graph -> its last collective op (see run)
 
 
 def op_name(kind, name, process_set=None):
@@ -142,5 +155,5 @@ def op_name(kind, name, process_set=None):
     counters = _graph_counters.setdefault(g, {})
     n = counters.get(kind, 0)
     counters[kind] = n + 1
-    scope = re.sub(r"_\d+$", "", g.name or "graph")
+    scope = re.sub(r"_\d+$", "", getattr(g, "name", None) or "graph")
     return f"{kind}.{scope}.{n}"

@@ -19,6 +19,7 @@ import numpy as np
 import tensorflow as tf
 
 import horovodlite as _np_api
+from .. import handles as _handles
 from .. import objects as _np_objects
 from .. import ops as _np_ops
 from ..basics import Average, Sum, _topology
@@ -36,18 +37,27 @@ def _wait_all(handles):
     return _np_api.synchronize(_np_ops._GroupHandle(handles))
 
 
-def _submit_all(submit_one, items):
+def _submit_all(submit_one, items, names, op, process_set, groups=None):
+    """Submits every item, then waits for all. If one fails here, the rest are still
+    announced to the peers as failed (they would wait for them otherwise), and what
+    was enqueued runs on without a waiter (its arrays are kept until it is done)."""
     handles = []
+    items = list(items)
     try:
         for item in items:
             handles.append(submit_one(*item))
-    except BaseException:
-        # Peers will still run what was enqueued; wait for it so its buffers outlive it.
-        try:
-            _wait_all(handles)
-        except Exception:  # noqa: BLE001 - the enqueue error is the one to report
-            pass
-        raise
+    except Exception as e:
+        rest = range(len(handles), len(items))
+        sizes = Counter(g for g in (groups or []) if g)
+        err = e
+        for g in sorted({(groups[i] if groups else "") for i in rest}):
+            err = _handles.announce_failure(err, [names[i] for i in rest
+                                                  if (groups[i] if groups else "") == g],
+                                            op, process_set, g, sizes.get(g, 0))
+        _handles.orphan(handles)
+        if err is e:
+            raise
+        raise err from None
     return _wait_all(handles)
 
 
@@ -113,7 +123,8 @@ def _np_allreduce(arrays, names, groups, op, prescale, postscale, process_set):
                                          prescale, postscale, process_set, group=group,
                                          group_size=group_sizes.get(group, 0))
 
-    return _submit_all(submit, zip(arrays, names, groups))
+    return _submit_all(submit, zip(arrays, names, groups), names, _np_ops.ALLREDUCE, process_set,
+                       groups)
 
 
 def _allreduce_dense(tensors, names, groups, op, prescale, postscale, process_set):
@@ -155,6 +166,7 @@ def _allreduce_sparse(slices, name, op, prescale, postscale, process_set):
     return tf.IndexedSlices(values, indices, dense_shape=slices.dense_shape)
 
 
+@_handles.collective(_np_ops.ALLREDUCE, "allreduce", handoff.op_name, active=tf.executing_eagerly)
 def allreduce(tensor, average=None, device_dense="", device_sparse="", compression=Compression.none,
               op=None, prescale_factor=1.0, postscale_factor=1.0, name=None,
               process_set=global_process_set, ignore_name_scope=False):
@@ -170,6 +182,7 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="", compressi
     return compression.decompress(out, ctx)
 
 
+@_handles.collective(_np_ops.ALLREDUCE, "grouped_allreduce", handoff.op_name, grouped=True, active=tf.executing_eagerly)
 def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="",
                       compression=Compression.none, op=None, prescale_factor=1.0,
                       postscale_factor=1.0, process_set=global_process_set,
@@ -178,6 +191,7 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="",
     _topology()
     op = _np_ops.resolve_op(op, average)
     base = handoff.op_name("grouped_allreduce", name, process_set)
+    _handles.expect_group(base, [f"{base}.{i}" for i in range(len(tensors))])
     out = [None] * len(tensors)
     dense, ctxs = [], []
     for i, t in enumerate(tensors):
@@ -201,7 +215,7 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="",
 def _np_gather(kind, arrays, names, process_set, **kw):
     fn = getattr(_np_ops, kind + "_async")
     return _submit_all(lambda a, n: fn(np.asarray(a), name=n, process_set=process_set, **kw),
-                       zip(arrays, names))
+                       zip(arrays, names), names, getattr(_np_ops, kind.upper()), process_set)
 
 
 def _allgather_nograd(tensors, names, process_set):
@@ -240,6 +254,7 @@ def _check_rank(x, name, what):
                          "dimension, got a scalar")
 
 
+@_handles.collective(_np_ops.ALLGATHER, "allgather", handoff.op_name, active=tf.executing_eagerly)
 def allgather(tensor, name=None, ignore_name_scope=False, process_set=global_process_set):
     """Concatenates every rank's tensor along dim 0 (dim 0 may differ between ranks)."""
     _topology()
@@ -253,10 +268,12 @@ def allgather(tensor, name=None, ignore_name_scope=False, process_set=global_pro
         lambda xs, y, dy: _allgather_backward(xs, [y], [dy], [name], process_set)[0], x)
 
 
+@_handles.collective(_np_ops.ALLGATHER, "grouped_allgather", handoff.op_name, grouped=True, core_group=False, active=tf.executing_eagerly)
 def grouped_allgather(tensors, name=None, ignore_name_scope=False, process_set=global_process_set):
     """Allgathers a list of tensors in one hand-off; differentiable like allgather."""
     _topology()
     base = handoff.op_name("grouped_allgather", name, process_set)
+    _handles.expect_group(base, [f"{base}.{i}" for i in range(len(tensors))], core_group=False)
     xs = [tf.convert_to_tensor(t) for t in tensors]
     if not xs:
         return []
@@ -281,6 +298,7 @@ def _broadcast_nograd(tensors, names, root_rank, process_set):
     return [_from_wire(o, d) for o, (_, d) in zip(outs, wires)]
 
 
+@_handles.collective(_np_ops.BROADCAST, "broadcast", handoff.op_name, active=tf.executing_eagerly)
 def broadcast(tensor, root_rank, name=None, ignore_name_scope=False, process_set=global_process_set):
     """The root rank's tensor on every rank of the set."""
     _topology()
@@ -354,6 +372,7 @@ def _reducescatter_backward(ys, dys, names, op, prescale, postscale, process_set
     return [g * tf.cast(scale, g.dtype) if scale != 1.0 else g for g in gathered]
 
 
+@_handles.collective(_np_ops.REDUCESCATTER, "reducescatter", handoff.op_name, active=tf.executing_eagerly)
 def reducescatter(tensor, device_dense="", compression=Compression.none, op=Average, name=None,
                   process_set=global_process_set, ignore_name_scope=False, prescale_factor=1.0,
                   postscale_factor=1.0):
@@ -371,6 +390,7 @@ def reducescatter(tensor, device_dense="", compression=Compression.none, op=Aver
     return compression.decompress(y, ctx)
 
 
+@_handles.collective(_np_ops.REDUCESCATTER, "grouped_reducescatter", handoff.op_name, grouped=True, core_group=False, active=tf.executing_eagerly)
 def grouped_reducescatter(tensors, device_dense="", compression=Compression.none, op=Average,
                           process_set=global_process_set, prescale_factor=1.0,
                           postscale_factor=1.0, name=None):
@@ -379,6 +399,7 @@ def grouped_reducescatter(tensors, device_dense="", compression=Compression.none
     _topology()
     op = _np_ops.resolve_op(op, None)
     base = handoff.op_name("grouped_reducescatter", name, process_set)
+    _handles.expect_group(base, [f"{base}.{i}" for i in range(len(tensors))], core_group=False)
     pairs = [compression.compress(tf.convert_to_tensor(t)) for t in tensors]
     if not pairs:
         return []
@@ -412,6 +433,7 @@ def _alltoall_nograd(x, splits, name, process_set):
     return _from_wire(out, dtype), received
 
 
+@_handles.collective(_np_ops.ALLTOALL, "alltoall", handoff.op_name, active=tf.executing_eagerly)
 def alltoall(tensor, splits=None, name=None, ignore_name_scope=False, process_set=global_process_set):
     """Sends dim-0 slices of `tensor` (`splits[r]` rows to rank r, equal by default).
     As in Horovod's TensorFlow API: returns (received tensor, received_splits) when

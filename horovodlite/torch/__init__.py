@@ -22,6 +22,7 @@ from .mpi_ops import poll, synchronize  # noqa: F401
 from .optimizer import DistributedOptimizer  # noqa: F401
 from .sparse import sparse_allreduce_async  # noqa: F401
 from .sync_batch_norm import SyncBatchNorm  # noqa: F401
+from . import elastic  # noqa: F401,E402  (hvd.elastic.run, TorchState, ElasticSampler)
 
 if not hasattr(_torch.Tensor, "register_post_accumulate_grad_hook"):
     raise ImportError(f"horovodlite.torch needs torch >= 2.1 (found {_torch.__version__})")

@@ -18,8 +18,9 @@ import torch
 
 from ..basics import Average, Sum, _topology
 from ..basics import rank as _rank
-from ..handles import auto_name, poll, submit, submit_allreduce, synchronize
-from ..ops import (ALLGATHER, ALLTOALL, BROADCAST, REDUCESCATTER, _GroupHandle,
+from .._loader import _core
+from ..handles import auto_name, collective, expect_group, named, poll, submit, submit_allreduce, synchronize, track
+from ..ops import (ALLGATHER, ALLREDUCE, ALLTOALL, BROADCAST, REDUCESCATTER, _GroupHandle,
                    _root_in_set, _splits_list, resolve_op)
 from ..process_sets import _set_id, global_process_set
 from ._tensors import check_tensor, code_of, engine_output, placement
@@ -48,7 +49,7 @@ def _differentiable(tensor, what):
 
 def _op_name(kind, name, process_set):
     """Unnamed ops count per kind and process set (horovodlite.handles.auto_name)."""
-    return auto_name(kind, None, process_set) if name is None else f"{kind}.{name}"
+    return auto_name(kind, None, process_set) if name is None else named(f"{kind}.{name}")
 
 
 def _sub_name(name, suffix):
@@ -104,6 +105,7 @@ def _allreduce_submit(tensor, in_place, name, op, prescale, postscale, process_s
                             group_size, src.shape, where["device"], where.get("stream"))
 
 
+@collective(ALLREDUCE, "allreduce", _op_name)
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                     postscale_factor=1.0, process_set=global_process_set):
     """Starts reducing `tensor` over the set; synchronize(handle) returns a new tensor."""
@@ -113,6 +115,7 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
                              postscale_factor, process_set)
 
 
+@collective(ALLREDUCE, "allreduce", _op_name)
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                      postscale_factor=1.0, process_set=global_process_set):
     """In-place form: synchronize(handle) returns `tensor`, now holding the result."""
@@ -145,6 +148,7 @@ class HorovodAllreduce(torch.autograd.Function):
         return g, None, None, None, None, None
 
 
+@collective(ALLREDUCE, "allreduce", _op_name)
 def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None,
               prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
     """Reduces `tensor` over all ranks of the set (op defaults to Average) into a new
@@ -162,12 +166,14 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
     return compression.decompress(out, cctx)
 
 
+@collective(ALLREDUCE, "grouped_allreduce", _op_name, grouped=True)
 def _grouped_allreduce_async(tensors, in_place, average, name, op, prescale_factor,
                              postscale_factor, process_set):
     _topology()
     op = resolve_op(op, average)
     tensors = list(tensors)
     base = _op_name("grouped_allreduce", name, process_set)
+    expect_group(base, [f"{base}.{i}" for i in range(len(tensors))])
     return _GroupHandle([
         _allreduce_submit(t, in_place, f"{base}.{i}", op, prescale_factor, postscale_factor,
                           process_set, group=base, group_size=len(tensors))
@@ -207,6 +213,7 @@ class HorovodGroupedAllreduce(torch.autograd.Function):
         return (None, None, None, None, None, *out)
 
 
+@collective(ALLREDUCE, "grouped_allreduce", _op_name, grouped=True)
 def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None,
                       prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
     """Reduces a list of tensors as one unit (negotiated together, fused). Differentiable."""
@@ -238,6 +245,7 @@ def _allgather_submit(tensor, name, process_set, group="", group_size=0):
                   group_size=group_size)
 
 
+@collective(ALLGATHER, "allgather", _op_name)
 def allgather_async(tensor, name=None, process_set=global_process_set):
     """Starts concatenating `tensor` from every rank along dim 0 (dim 0 may differ)."""
     _topology()
@@ -268,6 +276,7 @@ class HorovodAllgather(torch.autograd.Function):
         return _my_slice(reduced, dim0, name, ps).reshape(ctx.shape), None, None
 
 
+@collective(ALLGATHER, "allgather", _op_name)
 def allgather(tensor, name=None, process_set=global_process_set):
     """Concatenation of `tensor` from every rank along dim 0. Differentiable."""
     _topology()
@@ -276,10 +285,12 @@ def allgather(tensor, name=None, process_set=global_process_set):
     return synchronize(allgather_async(tensor, name, process_set))
 
 
+@collective(ALLGATHER, "grouped_allgather", _op_name, grouped=True)
 def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
     _topology()
     tensors = list(tensors)
     base = _op_name("grouped_allgather", name, process_set)
+    expect_group(base, [f"{base}.{i}" for i in range(len(tensors))])
     return _GroupHandle([_allgather_submit(t, f"{base}.{i}", process_set, group=base,
                                            group_size=len(tensors))
                          for i, t in enumerate(tensors)])
@@ -301,6 +312,7 @@ class HorovodGroupedAllgather(torch.autograd.Function):
                               for i, (g, shape) in enumerate(zip(reduced, ctx.shapes))])
 
 
+@collective(ALLGATHER, "grouped_allgather", _op_name, grouped=True)
 def grouped_allgather(tensors, name=None, process_set=global_process_set):
     _topology()
     tensors = [check_tensor(t, "grouped_allgather") for t in tensors]
@@ -327,11 +339,13 @@ def _broadcast_submit(tensor, in_place, root_rank, name, process_set):
                   **where, process_set=_set_id(process_set), error=err)
 
 
+@collective(BROADCAST, "broadcast", _op_name)
 def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
     _topology()
     return _broadcast_submit(tensor, False, root_rank, _op_name("broadcast", name, process_set), process_set)
 
 
+@collective(BROADCAST, "broadcast", _op_name)
 def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
     _topology()
     return _broadcast_submit(tensor, True, root_rank, _op_name("broadcast", name, process_set), process_set)
@@ -357,6 +371,7 @@ class HorovodBroadcast(torch.autograd.Function):
         return g, None, None, None
 
 
+@collective(BROADCAST, "broadcast", _op_name)
 def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
     """The root's `tensor` on every rank, as a new tensor. Differentiable."""
     _topology()
@@ -367,6 +382,7 @@ def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
 
 # ---------------------------------------------------------------------------- alltoall
 
+@collective(ALLTOALL, "alltoall", _op_name)
 def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
     """Starts an alltoall; synchronize(handle) returns (output, received_splits)."""
     _topology()
@@ -406,6 +422,7 @@ class HorovodAlltoall(torch.autograd.Function):
         return g, None, None, None
 
 
+@collective(ALLTOALL, "alltoall", _op_name)
 def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
     """Sends dim-0 slices of `tensor` (sizes `splits`, default equal) to each rank and
     concatenates what arrives. Like Horovod: returns the output alone when `splits` is
@@ -433,6 +450,7 @@ def _reducescatter_submit(tensor, name, op, prescale, postscale, process_set, gr
                   group_size=group_size)
 
 
+@collective(REDUCESCATTER, "reducescatter", _op_name)
 def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set,
                         prescale_factor=1.0, postscale_factor=1.0):
     _topology()
@@ -478,6 +496,7 @@ class HorovodGroupedReducescatter(torch.autograd.Function):
                 *[g * scale if scale != 1.0 else g for g in gs])
 
 
+@collective(REDUCESCATTER, "reducescatter", _op_name)
 def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
                   process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0):
     """Reduces `tensor` over the set; rank r keeps its dim-0 slice (the first
@@ -495,18 +514,21 @@ def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
     return compression.decompress(out, cctx)
 
 
+@collective(REDUCESCATTER, "grouped_reducescatter", _op_name, grouped=True)
 def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=global_process_set,
                                 prescale_factor=1.0, postscale_factor=1.0):
     _topology()
     op = resolve_op(op, None)
     tensors = list(tensors)
     base = _op_name("grouped_reducescatter", name, process_set)
+    expect_group(base, [f"{base}.{i}" for i in range(len(tensors))])
     return _GroupHandle([
         _reducescatter_submit(t, f"{base}.{i}", op, prescale_factor, postscale_factor,
                               process_set, group=base, group_size=len(tensors))
         for i, t in enumerate(tensors)])
 
 
+@collective(REDUCESCATTER, "grouped_reducescatter", _op_name, grouped=True)
 def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=Average,
                           process_set=global_process_set, prescale_factor=1.0,
                           postscale_factor=1.0):

@@ -70,6 +70,7 @@ class AlltoallOp : public CollectiveOp {
       std::string msg = op_prefix(*first_present(reqs)) + "invalid splits: ";
       for (size_t i = 0; i < problems.size(); ++i) msg += (i ? "; " : "") + problems[i];
       resp.error = msg;
+      resp.error_kind = Response::VALUE_ERROR;  // wrong on their face: Horovod raises ValueError
       resp.sizes.clear();
       return;
     }

@@ -25,6 +25,7 @@ class BroadcastOp : public CollectiveOp {
       resp.error = op_prefix(*q) + "root_rank " + std::to_string(q->root) +
                    " is out of range for a process set of " + std::to_string(n) + " rank" +
                    (n > 1 ? "s (valid: 0.." + std::to_string(n - 1) + ")" : " (valid: 0)");
+      resp.error_kind = Response::VALUE_ERROR;
       return;
     }
     if (!check_same(reqs, resp, "shape", [](const Request& x) { return shape_str(x.shape); }))

@@ -64,6 +64,7 @@ inline bool check_not_scalar(const std::vector<const Request*>& reqs, Response& 
   if (bad.empty()) return true;
   resp.error = op_prefix(*first_present(reqs)) + "scalar (0-d) input on " + ranks_str(bad) +
                "; " + why;
+  resp.error_kind = Response::VALUE_ERROR;
   return false;
 }
 
@@ -96,6 +97,7 @@ inline bool check_reduction(const std::vector<const Request*>& reqs, Response& r
   const Request* q = first_present(reqs);
   if (q->dtype == DataType::BOOL) {
     resp.error = op_prefix(*q) + "bool tensors cannot be reduced";
+    resp.error_kind = Response::TYPE_ERROR;
     return false;
   }
   if (q->reduce_op == ReduceOp::ADASUM) {

@@ -145,3 +145,6 @@ def load_model(filepath, custom_optimizers=None, custom_objects=None,
                 dst.assign(src)
     model.optimizer = new
     return model
+
+
+from . import elastic  # noqa: F401,E402  (hvd.elastic.KerasState and its callbacks)

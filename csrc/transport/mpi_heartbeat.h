@@ -1,0 +1,44 @@
+// The heartbeat of one process over MPI, on a thread of its own (so it never depends
+// on the user's Python thread or on an engine thread being in a round). Every
+// `period` it sends one byte to each peer and notes whom it heard from; a peer silent
+// for the peer timeout (a frozen process: SIGSTOP, a hung file system) is declared
+// dead in PeerHealth. Peers on this host are also watched through pidfds, which wake
+// the thread the moment such a process exits. The thread sleeps in poll() between
+// beats: a few wake-ups a second at most, nothing measurable while training.
+#pragma once
+#include <mpi.h>
+
+#include <atomic>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace hvdl {
+
+class MpiHeartbeat {
+ public:
+  // Collective over `world` (duplicated). pids[r]: rank r's pid if it runs on this
+  // host, else 0.
+  MpiHeartbeat(MPI_Comm world, const std::vector<int>& local_pids, double timeout_s);
+  // Collective again after a healthy run (every rank stops together, so none mistakes
+  // the others' silence for a failure); after a failure it only stops the thread.
+  ~MpiHeartbeat();
+
+ private:
+  void loop();
+  void receive_all(std::vector<std::chrono::steady_clock::time_point>& heard);
+
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int rank_ = 0, size_ = 1;
+  double timeout_s_, period_s_;
+  std::vector<int> pidfds_;      // per rank, -1 if not local / unavailable
+  std::vector<int> local_pids_;
+  int wake_fd_ = -1;             // eventfd: ends the poll at shutdown
+  std::atomic<bool> stop_{false};
+  MPI_Request recv_ = MPI_REQUEST_NULL;
+  uint8_t in_ = 0, out_ = 0;
+  std::vector<MPI_Request> sends_;
+  std::thread thread_;
+};
+
+}  // namespace hvdl

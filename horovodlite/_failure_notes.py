@@ -1,0 +1,43 @@
+"""Rank side of horovodlite-run's first-failure report: when the launcher set
+HOROVODLITE_FAILURE_REPORT_DIR, an exception that ends this rank's script is noted
+there (with the time, rank and host), so the launcher can say which rank failed first
+and why. The engine notes peers it declared dead in the same folder."""
+import os
+import socket
+import sys
+import time
+
+_installed = False
+
+
+def install(rank):
+    global _installed
+    folder = os.environ.get("HOROVODLITE_FAILURE_REPORT_DIR") or os.environ.get(
+        "HOROVOD_FAILURE_REPORT_DIR")
+    if _installed or not folder or not os.path.isdir(folder):
+        return
+    _installed = True
+    previous = sys.excepthook
+
+    def note(kind, exc_type, exc):
+        from .basics import HorovodInternalError
+
+        # A HorovodInternalError from the core is a consequence of another rank's
+        # failure; our own local argument errors (marked) and anything else start one.
+        local = getattr(exc, "_hvdl_local", False)
+        origin = local or not isinstance(exc, HorovodInternalError)
+        first = (str(exc).strip().splitlines() or [""])[0][:500]
+        line = (f"{'raised' if origin else 'consequence'} {time.time():.6f} {rank} "
+                f"{socket.gethostname()} {exc_type.__name__}: {first}\n")
+        try:
+            with open(os.path.join(folder, f"raised.rank{rank}"), "a") as f:
+                f.write(line)
+        except OSError:
+            pass
+
+    def hook(exc_type, exc, tb):
+        if not issubclass(exc_type, (KeyboardInterrupt, SystemExit)):
+            note("raised", exc_type, exc)
+        previous(exc_type, exc, tb)
+
+    sys.excepthook = hook

@@ -1,0 +1,211 @@
+"""Which hosts an elastic job may use, and the decision (taken by rank 0 at a commit,
+broadcast so every rank acts on the same one) to grow onto them.
+
+`horovodlite-run --elastic` passes its settings to the ranks as environment variables:
+HOROVODLITE_ELASTIC_DISCOVERY (the host discovery script: prints `host:slots` lines),
+HOROVODLITE_ELASTIC_MIN_NP / _MAX_NP, HOROVODLITE_ELASTIC_RESET_LIMIT. Rank 0 runs the
+script in a background thread (every HOROVODLITE_ELASTIC_DISCOVERY_INTERVAL seconds,
+default 1), so a commit only reads its last answer.
+
+A failed process is never reused, but its host keeps its slots: a new process may be
+spawned there. A host is set aside for HOROVODLITE_ELASTIC_COOLDOWN_SECONDS (default 60)
+only when spawning on it failed, or when it lost HOROVODLITE_ELASTIC_HOST_FAILURES
+(default 3) processes."""
+import collections
+import os
+import socket
+import subprocess
+import threading
+import time
+
+from . import world
+
+Update = collections.namedtuple("Update", "hosts skip_sync")
+
+
+def _env_int(name, default):
+    v = os.environ.get(name, "")
+    return int(v) if v.strip() else default
+
+
+def _env_float(name, default):
+    v = os.environ.get(name, "")
+    return float(v) if v.strip() else default
+
+
+def discovery_script():
+    return os.environ.get("HOROVODLITE_ELASTIC_DISCOVERY") or None
+
+
+def min_np():
+    return _env_int("HOROVODLITE_ELASTIC_MIN_NP", 1)
+
+
+def max_np():
+    return _env_int("HOROVODLITE_ELASTIC_MAX_NP", 0) or None
+
+
+def reset_limit():
+    return _env_int("HOROVODLITE_ELASTIC_RESET_LIMIT", 0) or None
+
+
+def elastic_timeout():
+    return _env_float("HOROVODLITE_ELASTIC_TIMEOUT", 600.0)
+
+
+def parse_hosts(text, canonical=True):
+    """`host:slots` lines (a bare host has one slot) -> {host: slots}, in order; with
+    `canonical`, this machine is named as the engine names it."""
+    hosts = {}
+    for line in text.splitlines():
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        name, _, slots = line.rpartition(":") if ":" in line else (line, "", "1")
+        try:
+            n = int(slots)
+        except ValueError:
+            raise ValueError(f"host discovery: bad line {line!r} (expected host:slots)") from None
+        name = _canonical(name.strip()) if canonical else name.strip()
+        if not name or n < 0:
+            raise ValueError(f"host discovery: bad line {line!r} (expected host:slots)")
+        hosts[name] = hosts.get(name, 0) + n
+    return hosts
+
+
+def _canonical(name):
+    """This machine under whatever name the engine gives it ('localhost' in a script)."""
+    if name in ("localhost", "127.0.0.1", "::1", socket.gethostname()):
+        return world.host_name()
+    return name
+
+
+class _Discovery:
+    """Runs the discovery script in the background (on rank 0 only)."""
+
+    def __init__(self, script, interval):
+        self.script, self.interval = script, interval
+        self.hosts, self.error = None, None
+        self._have = threading.Event()
+        threading.Thread(target=self._loop, name="horovodlite-discovery", daemon=True).start()
+
+    def _loop(self):
+        while True:
+            try:
+                out = subprocess.run(self.script, shell=True, capture_output=True, text=True,
+                                     timeout=max(30.0, self.interval))
+                if out.returncode != 0:
+                    raise RuntimeError(f"exited with {out.returncode}: {out.stderr.strip()[-300:]}")
+                self.hosts, self.error = parse_hosts(out.stdout), None
+            except Exception as e:  # reported when it matters, the last answer stays
+                self.error = f"host discovery script {self.script!r}: {e}"
+            self._have.set()
+            time.sleep(self.interval)
+
+    def latest(self, wait=0.0):
+        self._have.wait(wait)
+        return self.hosts
+
+
+_discovery = {"d": None}
+_set_aside = {}      # host -> time until which it is not used
+_failures = collections.Counter()  # host -> processes lost there
+
+
+def _discover(wait=0.0):
+    script = discovery_script()
+    if script is None:
+        return None
+    if _discovery["d"] is None:
+        _discovery["d"] = _Discovery(script, _env_float("HOROVODLITE_ELASTIC_DISCOVERY_INTERVAL", 1.0))
+        wait = max(wait, 30.0)  # the first answer
+    return _discovery["d"].latest(wait)
+
+
+def note_lost(hosts):
+    """Counted on every rank alike (the list comes from an allgather)."""
+    limit = _env_int("HOROVODLITE_ELASTIC_HOST_FAILURES", 3)
+    for h in hosts:
+        _failures[h] += 1
+        if _failures[h] >= limit:
+            set_aside(h)
+
+
+def set_aside(host):
+    _set_aside[host] = time.monotonic() + _env_float("HOROVODLITE_ELASTIC_COOLDOWN_SECONDS", 60.0)
+    _failures[host] = 0
+
+
+def usable(host):
+    until = _set_aside.get(host)
+    if until is not None and time.monotonic() >= until:
+        del _set_aside[host]
+        until = None
+    return until is None
+
+
+def plan_growth(wait=0.0):
+    """On rank 0: one host per process to spawn now ([] for none)."""
+    found = _discover(wait)
+    if not found:
+        return []
+    running = collections.Counter(world.running_hosts())
+    size = sum(running.values())
+    cap = max_np()
+    room = (cap - size) if cap else None
+    out = []
+    for host, slots in found.items():
+        if not usable(host):
+            continue
+        free = slots - running.get(host, 0)
+        for _ in range(max(0, free)):
+            if room is not None and len(out) >= room:
+                return out
+            out.append(host)
+    return out
+
+
+def agree_on_update():
+    """At a commit, on every rank: rank 0's verdict on whether to grow now (None: no)."""
+    if discovery_script() is None:
+        return None
+    from ..basics import rank
+    from ..objects import broadcast_object
+
+    world.running_hosts()  # collective the first time; every rank is here
+    plan = plan_growth() if rank() == 0 else None
+    plan = broadcast_object(plan, 0, name="elastic.host_update")
+    return Update(plan, skip_sync=False) if plan else None
+
+
+def wait_for_min_np(grow):
+    """After a reset left fewer than min-np processes: until HOROVODLITE_ELASTIC_TIMEOUT,
+    grow onto hosts discovery reports (grow(hosts) is collective); then fail on every
+    rank with a message."""
+    from ..basics import rank, size
+    from ..objects import broadcast_object
+
+    need = min_np()
+    if size() >= need:
+        return
+    deadline = time.monotonic() + elastic_timeout()
+    while True:
+        plan = plan_growth(wait=1.0) if rank() == 0 else None
+        if plan is not None and rank() == 0 and time.monotonic() > deadline:
+            plan = "timeout"
+        plan = broadcast_object(plan, 0, name="elastic.min_np")
+        if plan == "timeout" or (plan == [] and discovery_script() is None):
+            d = _discovery["d"]
+            why = f"; {d.error}" if d is not None and d.error else ""
+            raise RuntimeError(
+                f"horovodlite elastic: {size()} processes left (on {sorted(set(world.running_hosts()))}), "
+                f"fewer than --min-np {need}, and "
+                + ("no host discovery script to find more" if discovery_script() is None else
+                   f"discovery reported no free slots within {elastic_timeout():g} s "
+                   f"(HOROVODLITE_ELASTIC_TIMEOUT){why}"))
+        if plan:
+            grow(plan)
+            if size() >= need:
+                return
+        elif rank() == 0:
+            time.sleep(1.0)

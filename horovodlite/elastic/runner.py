@@ -1,0 +1,125 @@
+"""The `run` decorator of elastic training (Horovod 0.28's behaviour).
+
+    @hvd.elastic.run
+    def train(state): ...
+    train(state)
+
+calls train(state) after syncing the state from rank 0. When a collective fails
+because a peer died (HorovodInternalError), every survivor restores its last commit,
+the world is re-formed from the survivors (world.reform), the reset callbacks run,
+the state is synced from the new rank 0 and train(state) is called again. On
+HostsUpdatedInterrupt (raised at a commit on every rank) the same happens without
+the restore, the world growing onto the new hosts. After --reset-limit resets, or
+when fewer than --min-np processes remain for HOROVODLITE_ELASTIC_TIMEOUT, it fails."""
+import functools
+import logging
+import time
+
+from . import hosts, world
+from .state import HostsUpdatedInterrupt
+
+log = logging.getLogger("horovodlite.elastic")
+
+# Attempts at re-forming the world when more peers fail while it re-forms.
+_REFORM_ATTEMPTS = 5
+
+# For logs and measurements: resets done, the last one's duration, when the last failure
+# surfaced here (time.time()) and its message.
+stats = {"resets": 0, "last_reset_s": None, "last_error": None, "last_failure_at": None}
+
+
+def _errors():
+    from ..basics import HorovodInternalError
+
+    errs = [HorovodInternalError]
+    try:
+        errs.append(world.mpi().Exception)
+    except Exception:
+        pass
+    return tuple(errs)
+
+
+def _registered_sets():
+    from .. import process_sets as ps_mod
+
+    return [(ps, list(ps.ranks)) for ps in ps_mod._registered.values()]
+
+
+def _reform():
+    """world.reform, again while more peers fail during it; a clear error if it cannot."""
+    from ..basics import HorovodInternalError
+
+    sets = _registered_sets()
+    last = None
+    for _ in range(_REFORM_ATTEMPTS):
+        try:
+            world.reform(sets)
+            hosts.note_lost(world.lost_hosts())
+            return
+        except (HorovodInternalError, RuntimeError) + _errors() as e:
+            last = e
+            log.warning("horovodlite elastic: re-forming the world failed (%s); trying again", e)
+    raise RuntimeError(f"horovodlite elastic: could not re-form the world after "
+                       f"{_REFORM_ATTEMPTS} attempts; last error: {last}")
+
+
+def _grow(plan):
+    """Spawns one process per host in `plan`; a host where that fails is set aside."""
+    try:
+        world.grow(len(plan), plan, _registered_sets())
+    except _errors() as e:
+        log.warning("horovodlite elastic: could not start processes on %s (%s); setting them "
+                    "aside", sorted(set(plan)), e)
+        for h in set(plan):
+            hosts.set_aside(h)
+        world.grow(0, (), _registered_sets())  # the engine again on the same world
+
+
+def reset(failure, update_hosts=()):
+    """Re-forms the world: from the survivors after a failure, onto `update_hosts` at a
+    host update; then waits for --min-np processes if fewer are left."""
+    t0 = time.monotonic()
+    if failure:
+        _reform()
+    elif update_hosts:
+        _grow(list(update_hosts))
+    hosts.wait_for_min_np(_grow)
+    stats["resets"] += 1
+    stats["last_reset_s"] = time.monotonic() - t0
+
+
+def run_fn(func, reset_fn=reset):
+    @functools.wraps(func)
+    def wrapper(state, *args, **kwargs):
+        from ..basics import HorovodInternalError
+
+        limit = hosts.reset_limit()
+        resets = 0
+        skip_sync = False
+        while True:
+            try:
+                if not skip_sync:
+                    state.sync()
+                return func(state, *args, **kwargs)
+            except HorovodInternalError as e:
+                stats["last_failure_at"] = time.time()
+                world.mark_lost()
+                stats["last_error"] = str(e)
+                state.restore()
+                skip_sync, failure, plan = False, True, ()
+            except HostsUpdatedInterrupt as e:
+                skip_sync, failure, plan = e.skip_sync, False, e.hosts
+            resets += 1
+            if limit is not None and resets > limit:
+                raise RuntimeError(f"horovodlite elastic: the world was re-formed {limit} times "
+                                   f"(--reset-limit {limit}); giving up")
+            reset_fn(failure, plan)
+            state.reset()
+            state.on_reset()
+
+    return wrapper
+
+
+def run(func):
+    """Decorator: elastic training loop around `func(state, ...)`."""
+    return run_fn(func)

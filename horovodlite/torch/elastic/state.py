@@ -1,0 +1,131 @@
+"""TorchState: a model, an optimizer, samplers and any other attributes, saved in memory
+at commit and made the same on every rank (from rank 0) after the world re-formed."""
+import copy
+
+import torch
+
+from ...elastic.state import State
+from .sampler import ElasticSampler
+
+
+class _Handler:
+    def __init__(self, value):
+        self.value = value
+        self.save()
+
+
+class _ModelHandler(_Handler):
+    def save(self):
+        self._saved = copy.deepcopy(self.value.state_dict())
+
+    def restore(self):
+        self.value.load_state_dict(self._saved)
+
+    def sync(self):
+        from ..functions import broadcast_parameters
+
+        broadcast_parameters(self.value.state_dict(), root_rank=0)
+
+
+class _OptimizerHandler(_Handler):
+    def save(self):
+        self._saved = copy.deepcopy(self.value.state_dict())
+
+    def restore(self):
+        self.value.load_state_dict(self._saved)
+
+    def sync(self):
+        from ..functions import broadcast_optimizer_state
+
+        broadcast_optimizer_state(self.value, root_rank=0)
+
+
+class _SamplerHandler(_Handler):
+    def save(self):
+        self._saved = copy.deepcopy(self.value.state_dict())
+
+    def restore(self):
+        self.value.load_state_dict(self._saved)
+
+    def sync(self):
+        # What any rank processed is done: the union is re-sharded over the new world.
+        from ..functions import allgather_object, broadcast_object
+
+        mine = self.value.state_dict()
+        epoch = broadcast_object(mine["epoch"], 0, name="elastic.sampler.epoch")
+        done = set()
+        for processed in allgather_object(mine["processed_indices"] if mine["epoch"] == epoch else [],
+                                          name="elastic.sampler.processed"):
+            done.update(processed)
+        self.value.load_state_dict(dict(epoch=epoch, processed_indices=sorted(done)))
+
+
+class _ObjectHandler(_Handler):
+    def save(self):
+        self._saved = copy.deepcopy(self.value)
+
+    def restore(self):
+        self.value = copy.deepcopy(self._saved)
+
+    def sync(self):
+        from ..functions import broadcast_object
+
+        self.value = broadcast_object(self._saved, 0, name="elastic.object")
+        self._saved = copy.deepcopy(self.value)
+
+
+def _handler(value):
+    if isinstance(value, torch.nn.Module):
+        return _ModelHandler(value)
+    if isinstance(value, torch.optim.Optimizer):
+        return _OptimizerHandler(value)
+    if isinstance(value, ElasticSampler):
+        return _SamplerHandler(value)
+    return _ObjectHandler(value)
+
+
+class TorchState(State):
+    """`model` and `optimizer` (either may be None) and keyword attributes (e.g.
+    epoch=0, batch=0, train_sampler=ElasticSampler(...)): state.model, state.batch, ...
+    Modules, optimizers and ElasticSamplers are saved through their state_dict; other
+    values are saved by copy and broadcast as objects."""
+
+    def __init__(self, model=None, optimizer=None, **kwargs):
+        from ..functions import broadcast_object
+        from ...basics import rank
+
+        super().__init__(bcast_object=broadcast_object, get_rank=rank)
+        values = dict(kwargs)
+        if model is not None:
+            values["model"] = model
+        if optimizer is not None:
+            values["optimizer"] = optimizer
+        object.__setattr__(self, "_handlers", {k: _handler(v) for k, v in values.items()})
+
+    # Attributes in a handler are read and written through it (state.batch += 1).
+    def __getattr__(self, name):
+        handlers = self.__dict__.get("_handlers", {})
+        if name in handlers:
+            return handlers[name].value
+        raise AttributeError(f"{type(self).__name__} has no attribute {name!r}")
+
+    def __setattr__(self, name, value):
+        handlers = self.__dict__.get("_handlers")
+        if handlers is not None and name in handlers:
+            handlers[name].value = value
+        else:
+            object.__setattr__(self, name, value)
+
+    def save(self):
+        for h in self._handlers.values():
+            h.save()
+
+    def restore(self):
+        for h in self._handlers.values():
+            h.restore()
+
+    def sync(self):
+        # Objects first (sorted names: the same order on every rank), then tensors.
+        for name in sorted(self._handlers):
+            self._handlers[name].sync()
+        self.save()  # the synced state is the last commit on every rank

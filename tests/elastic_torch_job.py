@@ -1,0 +1,153 @@
+"""A small torch training job for tests/test_elastic.py, elastic or plain.
+
+    elastic:   python elastic_torch_job.py elastic OUT --steps 40 --commit-every 5
+                   [--kill RANK:STEP[,RANK:STEP]] [--grow-at STEP --grow-file F]
+    reference: python elastic_torch_job.py plain OUT --schedule 0:3,10:2 --save F
+
+Each step every rank computes its gradient on data drawn from (step, rank, size), so a
+run is determined by which world size ran which step; the plain mode replays one
+segment of such a schedule. Each elastic process writes OUT/<pid>.pkl with its final
+parameters, the (step, size) it entered train() at, its reset-callback calls and
+timings."""
+import argparse
+import os
+import pickle
+import signal
+import sys
+import time
+
+import numpy as np
+import torch
+
+import horovodlite.torch as hvd
+
+torch.set_num_threads(1)
+
+
+def model_and_optimizer():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh(), torch.nn.Linear(32, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    return model, hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters())
+
+
+def batch(step, rank, size):
+    g = np.random.default_rng([step, rank, size])
+    return (torch.from_numpy(g.standard_normal((8, 16), dtype=np.float32)),
+            torch.from_numpy(g.standard_normal((8, 4), dtype=np.float32)))
+
+
+def train_step(model, opt, step):
+    x, y = batch(step, hvd.rank(), hvd.size())
+    opt.zero_grad()
+    torch.nn.functional.mse_loss(model(x), y).backward()
+    opt.step()
+
+
+def flat_opt(opt):
+    st = opt.state_dict()["state"]
+    return b"".join(st[k]["momentum_buffer"].numpy().tobytes() for k in sorted(st))
+
+
+def flat(model):
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()]).numpy().tobytes()
+
+
+def elastic(a):
+    hvd.init()
+    model, opt = model_and_optimizer()
+    state = hvd.elastic.TorchState(model, opt, step=0)
+    kills = dict(tuple(map(int, k.split(":"))) for k in a.kill.split(",")) if a.kill else {}
+    me = int(os.environ.get("OMPI_COMM_WORLD_RANK", "-1"))  # -1: spawned later
+    log = {"entries": [], "resets": [], "step_times": [], "errors": []}
+
+    def on_reset():
+        log["resets"].append((hvd.rank(), hvd.size(), time.time()))
+        if a.kill_in_reset is not None and me == a.kill_in_reset:
+            os.kill(os.getpid(), signal.SIGKILL)  # while the world re-forms, before the sync
+
+    state.register_reset_callbacks([on_reset])
+
+    @hvd.elastic.run
+    def train(state):
+        log["entries"].append((state.step, hvd.size(), time.time(), flat(state.model),
+                               flat_opt(state.optimizer)))
+        while state.step < a.steps:
+            if kills.get(me) == state.step and hvd.size() == a.np:
+                with open(os.path.join(a.out, "killed_at"), "w") as f:
+                    f.write(repr(time.time()))
+                os.kill(os.getpid(), signal.SIGKILL)
+            if a.grow_at is not None and state.step == a.grow_at and hvd.rank() == 0 and a.grow_file:
+                with open(a.grow_file, "w") as f:
+                    f.write("3\n")
+            time.sleep(a.step_sleep)
+            t = time.time()
+            train_step(state.model, state.optimizer, state.step)
+            state.step += 1
+            log["step_times"].append((state.step, hvd.size(), time.time() - t))
+            log.setdefault("trace", []).append((state.step, hash(flat(state.model))))
+            if state.step % a.commit_every == 0:
+                state.commit()
+
+    t0 = time.time()
+    try:
+        train(state)
+    except BaseException as e:
+        log["errors"].append(f"{type(e).__name__}: {e}")
+        raise
+    finally:
+        log["total"] = time.time() - t0
+        log["final"] = (hvd.rank(), hvd.size(), state.step, flat(state.model))
+        from horovodlite.elastic import runner
+
+        log["stats"] = dict(runner.stats)
+        with open(os.path.join(a.out, f"{os.getpid()}.pkl"), "wb") as f:
+            pickle.dump(log, f)
+
+
+def plain(a):
+    """Replays a schedule in one job of max(sizes) ranks: before each segment every rank
+    re-initialises on the first `size` ranks (the others wait for a later segment), and
+    a segment that grows takes rank 0's model and optimizer state, as a join would."""
+    schedule = [tuple(map(int, seg.split(":"))) for seg in a.schedule.split(",")]
+    bounds = [start for start, _ in schedule[1:]] + [a.steps]
+    hvd.init()
+    me = hvd.rank()
+    model, opt = model_and_optimizer()
+    trace, member_before = [], False
+    for (start, size), stop in zip(schedule, bounds):
+        hvd.shutdown()
+        try:
+            hvd.init(comm=list(range(size)))
+        except Exception:  # not in this segment's world
+            member_before = False
+            continue
+        if not member_before or size > 1:
+            hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+            hvd.broadcast_optimizer_state(opt, root_rank=0)
+        member_before = True
+        for step in range(start, stop):
+            train_step(model, opt, step)
+            trace.append((step + 1, hash(flat(model))))
+    if me == 0:
+        with open(a.save, "wb") as f:
+            pickle.dump({"flat": flat(model), "trace": trace}, f)
+    hvd.shutdown()
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser()
+    p.add_argument("mode", choices=["elastic", "plain"])
+    p.add_argument("out")
+    p.add_argument("--np", type=int, default=3)
+    p.add_argument("--steps", type=int, default=40)
+    p.add_argument("--commit-every", type=int, default=5)
+    p.add_argument("--kill", default="")
+    p.add_argument("--kill-in-reset", type=int, default=None)
+    p.add_argument("--grow-at", type=int, default=None)
+    p.add_argument("--grow-file", default=None)
+    p.add_argument("--schedule", default="0:3", help="first step:world size, ...")
+    p.add_argument("--save", default=None)
+    p.add_argument("--step-sleep", type=float, default=0.0)
+    a = p.parse_args()
+    (elastic if a.mode == "elastic" else plain)(a)
