@@ -12,42 +12,7 @@ pytest.importorskip("tensorflow", reason="tensorflow is not installed (pip insta
 
 from api_walk import run_walks  # noqa: E402
 
-BASICS = """
-init(comm=None, process_sets=None)
-shutdown()
-is_initialized()
-start_timeline(file_path, mark_cycles=False)
-stop_timeline()
-size()
-local_size()
-cross_size()
-rank()
-local_rank()
-cross_rank()
-is_homogeneous()
-mpi_threads_supported()
-mpi_enabled()
-mpi_built()
-gloo_enabled()
-gloo_built()
-nccl_built()
-ddl_built()
-ccl_built()
-cuda_built()
-rocm_built()
-ProcessSet
-global_process_set
-add_process_set(process_set)
-remove_process_set(process_set)
-Average
-Sum
-Adasum
-Min
-Max
-Product
-Compression.none
-Compression.fp16
-"""
+from test_api_torch import BASICS  # noqa: E402  (the names every frontend re-exports)
 
 TENSORFLOW = BASICS + """
 rank_op(name=None)
