@@ -12,8 +12,9 @@ _installed = False
 
 def install(rank):
     global _installed
-    folder = os.environ.get("HOROVODLITE_FAILURE_REPORT_DIR") or os.environ.get(
-        "HOROVOD_FAILURE_REPORT_DIR")
+    from . import settings
+
+    folder = settings.value("FAILURE_REPORT_DIR")
     if _installed or not folder or not os.path.isdir(folder):
         return
     _installed = True

@@ -19,14 +19,20 @@ def _preload_mpi():
     for path in candidates:
         if path.exists():
             ctypes.CDLL(str(path.resolve()), mode=ctypes.RTLD_GLOBAL)
-            return
+            return str(path.resolve())
     # Fall back to the dynamic linker's search path (a system MPI).
     ctypes.CDLL("libmpi.so.40", mode=ctypes.RTLD_GLOBAL)
+    return "libmpi.so.40"
 
 
-if not os.environ.get("HOROVODLITE_SKIP_MPI_PRELOAD"):
+preloaded = None  # the libmpi preloaded, if any
+
+
+# The one setting read at import (SKIP_MPI_PRELOAD in csrc/common/settings.h): it decides
+# how the core itself loads, so the core's table cannot read it.
+if not (os.environ.get("HOROVODLITE_SKIP_MPI_PRELOAD") or os.environ.get("HOROVOD_SKIP_MPI_PRELOAD")):
     try:
-        _preload_mpi()
+        preloaded = _preload_mpi()
     except OSError:
         pass
 

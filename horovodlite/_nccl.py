@@ -3,7 +3,6 @@ nvidia-nccl-cu13 / nvidia-nccl-cu12 wheels put libnccl.so.2 under site-packages
 (nvidia/nccl/lib), where the dynamic linker does not look; HOROVODLITE_NCCL_LIBRARY
 overrides the search."""
 import importlib.metadata
-import os
 from pathlib import Path
 
 from ._loader import _core
@@ -12,9 +11,12 @@ _WHEELS = ("nvidia-nccl-cu13", "nvidia-nccl-cu12")
 _state = {"configured": False}
 
 
-def library_path():
-    """Path of libnccl.so.2 from an installed wheel (CUDA 13 first), or None."""
-    explicit = os.environ.get("HOROVODLITE_NCCL_LIBRARY") or os.environ.get("HOROVOD_NCCL_LIBRARY")
+def library_path(settings=None):
+    """The NCCL_LIBRARY setting, else libnccl.so.2 from an installed wheel (CUDA 13
+    first), or None."""
+    from . import settings as _settings
+
+    explicit = _settings.value("NCCL_LIBRARY", settings)
     if explicit:
         return explicit
     for name in _WHEELS:
@@ -30,10 +32,10 @@ def library_path():
     return None
 
 
-def configure():
+def configure(settings=None):
     """Tells the core where NCCL is; harmless to call again."""
     if not _state["configured"]:
-        path = library_path()
+        path = library_path(settings)
         if path:
             _core.set_nccl_library(path)
         _state["configured"] = True

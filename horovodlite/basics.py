@@ -30,7 +30,7 @@ Product = _OP_CODES["Product"]
 
 _OP_NAMES = {code: name for name, code in _OP_CODES.items()}
 
-_state = {"topology": None, "atexit": False}
+_state = {"topology": None, "atexit": False, "settings": None}
 _lock = threading.Lock()
 
 
@@ -59,9 +59,11 @@ def init(comm=None, process_sets=None):
             fortran = comm.py2f()
         else:
             raise TypeError(f"init(comm=...): expected None, a list of ranks or an mpi4py communicator, got {type(comm).__name__}")
-        from . import _nccl
+        from . import _nccl, settings
 
-        _nccl.configure()  # before any GPU collective might load NCCL
+        # The Python layer's settings, read at the same moment as the core's.
+        _state["settings"] = settings.read()
+        _nccl.configure(_state["settings"])  # before any GPU collective might load NCCL
         _core.init(fortran, ranks)
         _state["topology"] = _core.topology()
         from . import _failure_notes
@@ -70,14 +72,18 @@ def init(comm=None, process_sets=None):
         if not _state["atexit"]:
             atexit.register(shutdown)
             _state["atexit"] = True
+    if _state["settings"] is None:  # the core was started without init() (tests)
+        from . import settings
+
+        _state["settings"] = settings.read()
     from .elastic import world as _elastic_world
 
     if _elastic_world.must_join_sets():
         # Spawned into a running elastic job: its sets come from the job's rank 0.
-        _ps._on_init("dynamic" if process_sets == "dynamic" else None)
+        _ps._on_init("dynamic" if process_sets == "dynamic" else None, _state["settings"])
         _elastic_world.join_sets(None if process_sets == "dynamic" else process_sets)
         return
-    _ps._on_init(process_sets)
+    _ps._on_init(process_sets, _state["settings"])
 
 
 def shutdown():

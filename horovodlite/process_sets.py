@@ -86,12 +86,13 @@ def _check_static(process_sets):
         seen[ranks] = i
 
 
-def _on_init(process_sets):
+def _on_init(process_sets, settings):
     from .basics import size
 
     global_process_set.ranks = list(range(size()))
     _registered.clear()
-    _dynamic["on"] = process_sets == "dynamic"
+    # HOROVOD(LITE)_DYNAMIC_PROCESS_SETS=1 is Horovod's way to ask for dynamic sets.
+    _dynamic["on"] = process_sets == "dynamic" or bool(settings["DYNAMIC_PROCESS_SETS"][0])
     if process_sets and process_sets != "dynamic":
         for ps in process_sets:
             _register(ps)
@@ -116,14 +117,16 @@ def add_process_set(process_set):
     same order relative to other add/remove calls."""
     if not _dynamic["on"]:
         raise ValueError("add_process_set needs hvd.init(process_sets='dynamic') "
-                         "(or HOROVODLITE_DYNAMIC_PROCESS_SETS=1)")
+                         "(or HOROVODLITE_DYNAMIC_PROCESS_SETS=1 / HOROVOD_DYNAMIC_PROCESS_SETS=1 "
+                         "in the environment of hvd.init())")
     return _register(process_set)
 
 
 def remove_process_set(process_set):
     """Collective over the set's members and all other ranks alike."""
     if not _dynamic["on"]:
-        raise ValueError("remove_process_set needs hvd.init(process_sets='dynamic')")
+        raise ValueError("remove_process_set needs hvd.init(process_sets='dynamic') "
+                         "(or HOROVODLITE_DYNAMIC_PROCESS_SETS=1)")
     if process_set.process_set_id in (None, 0):
         return False
     _core.remove_process_set(process_set.process_set_id)

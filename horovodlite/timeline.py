@@ -185,7 +185,9 @@ def summary_text(s, width=None):
 
 
 def render(trace, out_path, title=None, max_tensors=250, window=None):
-    import matplotlib
+    from ._optional import require
+
+    matplotlib = require("matplotlib", "drawing a timeline (python -m horovodlite.timeline)")
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -311,8 +313,14 @@ def main(argv=None):
         a, _, b = args.window.partition(":")
         window = (float(a), float(b))
     out = args.output or str(Path(args.trace).with_suffix(".png"))
-    s = render(trace, out, title=args.title or Path(args.trace).name, max_tensors=args.max_tensors,
-               window=window)
+    from ._optional import MissingDependency
+
+    try:
+        s = render(trace, out, title=args.title or Path(args.trace).name,
+                   max_tensors=args.max_tensors, window=window)
+    except MissingDependency as e:
+        print(f"{e} (or pass --summary for the text alone)", file=sys.stderr)
+        return 2
     print(summary_text(s))
     print(f"wrote {out}")
     return 0

@@ -27,6 +27,7 @@ def run_cases(n, body, **kw):
     for rank, res in enumerate(results):
         assert not res["failures"], f"rank {rank}:\n" + "\n".join(res["failures"][:30])
     keys = results[0]["digests"].keys()
+    assert len(keys) > 0, "no case ran"
     for rank, res in enumerate(results):
         assert res["digests"].keys() == keys, f"rank {rank} checked other cases"
         differ = [k for k in keys if res["digests"][k] != results[0]["digests"][k]]

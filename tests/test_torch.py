@@ -40,6 +40,7 @@ def test_collectives_and_gradients(n):
     res = _run(n, "(c.allreduce_cases(), c.allreduce_errors(), c.allreduce_autograd(), "
                   "c.gather_broadcast_cases(), c.gather_broadcast_autograd())")
     for part in (0, 3):
+        assert len(res[0][part]) > 0, f"part {part}: no case ran"
         for key in res[0][part]:
             _same_on_all_ranks([r[part][key] for r in res], key)
     for r in res:
@@ -62,6 +63,7 @@ def test_distributed_optimizer(n):
                   "c.optimizer_state_cases())",
                timeout=400)
     eq = [r[0] for r in res]
+    assert len(eq[0]) > 0, "no training case ran"
     for key in eq[0]:
         diffs = [e[key][0] for e in eq]
         assert max(diffs) <= (3e-2 if key in ("fp16", "bf16") else 1e-9), (key, diffs)
@@ -72,6 +74,7 @@ def test_distributed_optimizer(n):
     for i in range(len(res[0][3][1])):
         _same_on_all_ranks([r[3][1][i] for r in res], "LBFGS state after broadcast")
     _same_on_all_ranks([r[4] for r in res], "weights after join")
+    assert len(res[0][5]) > 0, "no sparse case ran"
     for key in res[0][5]:
         _same_on_all_ranks([r[5][key] for r in res], key)
     assert len(res[0][6]) > 100 and all(r[6].keys() == res[0][6].keys() for r in res)

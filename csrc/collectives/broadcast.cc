@@ -16,7 +16,6 @@
 #include <algorithm>
 #include <vector>
 
-#include "../common/env.h"
 
 namespace hvdl {
 
@@ -61,14 +60,12 @@ void chain_broadcast(Transport& t, void* buf, size_t bytes, int root, size_t seg
   t.wait_all();
 }
 
-void broadcast_bytes(Transport& t, void* buf, size_t bytes, int root) {
+void broadcast_bytes(Transport& t, void* buf, size_t bytes, int root,
+                     const BroadcastOptions& opts) {
   const int n = t.size();
   if (n == 1) return;
-  static const size_t chain_from =
-      static_cast<size_t>(env_int("BROADCAST_CHAIN_BYTES", 1 << 20));
-  static const size_t segment =
-      std::max<size_t>(4096, static_cast<size_t>(env_int("BROADCAST_SEGMENT_BYTES", 256 << 10)));
-  if (n == 2 || bytes < chain_from)
+  const size_t segment = std::max<size_t>(4096, opts.chain_segment_bytes);
+  if (n == 2 || bytes < opts.chain_from_bytes)
     binomial_tree_broadcast(t, buf, bytes, root);
   else
     chain_broadcast(t, buf, bytes, root, segment);

@@ -12,15 +12,9 @@
 #include <algorithm>
 #include <cstring>
 
-#include "../common/env.h"
 #include "partition.h"
 
 namespace hvdl {
-
-size_t ring_segment_bytes() {
-  static const size_t v = static_cast<size_t>(env_int("RING_SEGMENT_BYTES", 1 << 20));
-  return v < 64 ? 64 : v;
-}
 
 RingBlocks RingBlocks::even(size_t total, int parts) {
   RingBlocks b;
@@ -61,7 +55,7 @@ void ring_reduce_scatter(Transport& t, const Reducer& red, const void* src, void
     return;
   }
   const int right = (r + 1) % n, left = (r - 1 + n) % n;
-  const size_t seg = std::max<size_t>(1, (segment_bytes ? segment_bytes : ring_segment_bytes()) / es);
+  const size_t seg = std::max<size_t>(1, (segment_bytes ? segment_bytes : kDefaultRingSegmentBytes) / es);
   char* slots = in_place ? scratch.reserve(2 * seg * es) : nullptr;
   auto seg_len = [&](size_t total, size_t k) {
     size_t off = k * seg;

@@ -40,8 +40,8 @@ void ring_reduce_scatter(Transport& t, const Reducer& red, const void* src, void
 void ring_allgather(Transport& t, void* buf, const RingBlocks& bytes, int shift,
                     const void* own_src = nullptr);
 
-// Bytes per pipelined segment (HOROVODLITE_RING_SEGMENT_BYTES, default 1 MiB); a
-// segment_bytes argument of 0 means this.
-size_t ring_segment_bytes();
+// Bytes per pipelined segment when the caller gives none (segment_bytes 0); the engine
+// passes the RING_SEGMENT_BYTES setting (same default).
+constexpr size_t kDefaultRingSegmentBytes = 1u << 20;
 
 }  // namespace hvdl

@@ -11,7 +11,7 @@
 namespace hvdl {
 
 struct RingOptions {
-  // Pipelining granularity; 0 = ring_segment_bytes(). Must be equal on every rank.
+  // Pipelining granularity; 0 = kDefaultRingSegmentBytes. Must be equal on every rank.
   size_t segment_bytes = 0;
   // Told about RING_REDUCE_SCATTER and RING_ALLGATHER; may be null.
   PhaseObserver* phases = nullptr;

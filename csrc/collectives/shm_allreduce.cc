@@ -28,31 +28,13 @@
 // RED. Hierarchical allreduce uses those two.
 #include "shm_allreduce.h"
 
-#include <signal.h>
-
 #include <algorithm>
 #include <stdexcept>
 
-#include "../common/env.h"
 #include "../reduce/copy.h"
 #include "partition.h"
 
 namespace hvdl {
-
-ShmOptions shm_options_from_env() {
-  ShmOptions o;
-  o.chunk_bytes = static_cast<size_t>(env_int("SHM_CHUNK_BYTES", static_cast<long long>(o.chunk_bytes)));
-  o.slots = static_cast<int>(env_int("SHM_SLOTS", o.slots));
-  o.stream_in_threshold = static_cast<size_t>(
-      env_int("SHM_STREAM_IN_THRESHOLD", static_cast<long long>(o.stream_in_threshold)));
-  o.stream_out_threshold = static_cast<size_t>(
-      env_int("SHM_STREAM_OUT_THRESHOLD", static_cast<long long>(o.stream_out_threshold)));
-  o.ring_threshold = static_cast<size_t>(
-      env_int("SHM_RING_THRESHOLD", static_cast<long long>(o.ring_threshold)));
-  o.chunk_bytes = std::max<size_t>(o.chunk_bytes, 4096);
-  o.slots = std::max(o.slots, 2);
-  return o;
-}
 
 static size_t piece_bytes_for(const ShmOptions& o, int ranks) {
   // 64-byte pieces keep every piece of every dtype on its own cache lines.
@@ -70,7 +52,6 @@ ShmCollectives::ShmCollectives(std::unique_ptr<ShmWindow> w, const ShmOptions& o
   slot_stride_ = piece_bytes_ * win_->size();
   if (window_bytes(o, win_->size()) > win_->bytes_per_rank())
     throw std::logic_error("shared-memory window smaller than the pipeline needs");
-  kill_at_step_ = static_cast<uint64_t>(env_int("SHM_TEST_KILL_AT_STEP", 0));
 }
 
 void ShmCollectives::allreduce(const Reducer& red, const std::vector<Span>& spans, DataType dt,
@@ -224,7 +205,7 @@ void ShmCollectives::run(Pass pass, const Reducer* red, const std::vector<Span>&
         if (g <= K || all_reached(kDone, g - K)) {
           copy_in(ni, g);
           w.publish(kIn, g);
-          if (g == kill_at_step_) raise(SIGKILL);
+          if (step_hook_) step_hook_(g);
           ++ni, progress = true;
         }
       }

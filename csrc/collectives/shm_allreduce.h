@@ -2,6 +2,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -28,6 +29,12 @@ struct ShmOptions {
   // Allreduces of at least this many bytes go through the ring instead (0: never);
   // see allreduce_algorithm.cc.
   size_t ring_threshold = kAuto;
+  // The limits the pipeline needs (at least 4096-byte steps, 2 slots).
+  ShmOptions& clamp() {
+    chunk_bytes = chunk_bytes < 4096 ? 4096 : chunk_bytes;
+    slots = slots < 2 ? 2 : slots;
+    return *this;
+  }
   bool tuned() const { return stream_in_threshold == kAuto && ring_threshold == kAuto; }
   // Non-temporal stores for a collective of `bytes` when the choice is fixed by size;
   // kAuto with nothing timed: ordinary stores, cheapest where the ranks share a cache.
@@ -36,9 +43,6 @@ struct ShmOptions {
   }
 };
 
-// Reads HOROVODLITE_SHM_CHUNK_BYTES, _SHM_SLOTS, _SHM_STREAM_IN_THRESHOLD,
-// _SHM_STREAM_OUT_THRESHOLD and _SHM_RING_THRESHOLD.
-ShmOptions shm_options_from_env();
 
 class ShmCollectives {
  public:
@@ -50,6 +54,13 @@ class ShmCollectives {
 
   int rank() const { return win_->rank(); }
   int size() const { return win_->size(); }
+  // Called right after this rank publishes each pipeline step's input (its number, from
+  // 1), i.e. in the middle of a collective; tests inject faults there
+  // (engine/fault_injection.h). None by default.
+  using StepHook = std::function<void(uint64_t step)>;
+  void set_step_hook(StepHook h) { step_hook_ = std::move(h); }
+  bool has_step_hook() const { return static_cast<bool>(step_hook_); }
+  const char* mechanism() const { return win_->mechanism(); }
 
   // out = (sum over ranks of in * prescale) * postscale, for any reduce op, over the
   // concatenation of `spans`. Bitwise identical on every rank.
@@ -99,9 +110,7 @@ class ShmCollectives {
   // Pipeline steps done through this window; the same on every rank, since all run
   // the same passes over the same counts. It numbers the progress counters.
   uint64_t seq_ = 0;
-  // Fault injection for tests (HOROVODLITE_SHM_TEST_KILL_AT_STEP): this process
-  // kills itself right after publishing that step, i.e. in the middle of a collective.
-  uint64_t kill_at_step_ = 0;
+  StepHook step_hook_;
 };
 
 }  // namespace hvdl

@@ -1,18 +1,20 @@
 #include "logging.h"
 
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <mutex>
 
-#include "env.h"
 
 namespace hvdl {
 
 static std::atomic<int> g_rank{-1};
 
-static LogLevel parse_level() {
-  std::string s = env_str("LOG_LEVEL", "warning");
+// Process-wide because every layer logs, also before init() and after shutdown().
+static std::atomic<int> g_level{static_cast<int>(LogLevel::WARNING)};
+
+static LogLevel parse_level(std::string s) {
   for (auto& c : s) c = static_cast<char>(std::tolower(c));
   if (s == "trace") return LogLevel::TRACE;
   if (s == "debug") return LogLevel::DEBUG;
@@ -22,10 +24,9 @@ static LogLevel parse_level() {
   return LogLevel::WARNING;
 }
 
-LogLevel log_threshold() {
-  static const LogLevel level = parse_level();
-  return level;
-}
+LogLevel log_threshold() { return static_cast<LogLevel>(g_level.load(std::memory_order_relaxed)); }
+
+void set_log_level(const std::string& name) { g_level = static_cast<int>(parse_level(name)); }
 
 void set_log_rank(int rank) { g_rank = rank; }
 

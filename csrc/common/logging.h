@@ -1,6 +1,6 @@
 // Minimal leveled logging to stderr, prefixed with the world rank, so a message from
 // a multi-rank job says where it came from. Level: HOROVODLITE_LOG_LEVEL
-// (trace, debug, info, warning, error, fatal; default warning).
+// (trace, debug, info, warning, error, fatal; default warning), set at init().
 #pragma once
 #include <sstream>
 #include <string>
@@ -10,6 +10,8 @@ namespace hvdl {
 enum class LogLevel { TRACE = 0, DEBUG, INFO, WARNING, ERROR, FATAL };
 
 LogLevel log_threshold();
+// From the LOG_LEVEL setting's value (case-insensitive; unknown words mean warning).
+void set_log_level(const std::string& name);
 void set_log_rank(int rank);
 void log_write(LogLevel level, const std::string& msg);
 

@@ -11,11 +11,12 @@
 #include "../collectives/ring_allreduce.h"
 #include "../collectives/shm_allreduce.h"
 #include "../common/buffer.h"
-#include "../common/env.h"
+#include "../common/settings.h"
 #include "../common/logging.h"
 #include "../transport/shm_window.h"
 #include "../transport/tcp_transport.h"
 #include "../transport/world.h"
+#include "fault_injection.h"
 
 namespace hvdl {
 namespace {
@@ -35,6 +36,10 @@ class ShmAllreduce : public AllreduceAlgorithm {
   const char* name() const override { return "shm"; }
   const char* phase() const override { return "SHARED_MEMORY_ALLREDUCE"; }
   bool takes_spans() const override { return true; }
+  const ShmOptions* shm_options() const override { return &opts_; }
+  std::string window_mechanism() const override { return shm_.mechanism(); }
+  ShmCollectives& collectives() { return shm_; }
+  bool fault_hooked() const override { return shm_.has_step_hook(); }
 
   void run(const Reducer& red, const void* in, void* out, size_t count, DataType dt, ReduceOp op,
            double prescale, double postscale, const RingOptions& ring) override {
@@ -103,6 +108,9 @@ class HierarchicalAllreduce : public AllreduceAlgorithm {
       : local_(std::move(local)), cross_(std::move(cross)), opts_(o), cross_is_tcp_(cross_is_tcp) {}
   const char* name() const override { return "hierarchical"; }
   const char* phase() const override { return "HIERARCHICAL_ALLREDUCE"; }
+  const ShmOptions* shm_options() const override { return &opts_; }
+  std::string window_mechanism() const override { return local_ ? local_->mechanism() : ""; }
+  bool fault_hooked() const override { return local_ && local_->has_step_hook(); }
   void run(const Reducer& red, const void* in, void* out, size_t count, DataType dt, ReduceOp op,
            double prescale, double postscale, const RingOptions& ring) override {
     // Each rank picks its own store mode (no result depends on it), by timing, and
@@ -119,7 +127,7 @@ class HierarchicalAllreduce : public AllreduceAlgorithm {
     RingOptions cross_ring = ring;
     if (cross_is_tcp_)
       cross_ring.segment_bytes = std::max<size_t>(
-          ring.segment_bytes ? ring.segment_bytes : ring_segment_bytes(), size_t(4) << 20);
+          ring.segment_bytes ? ring.segment_bytes : kDefaultRingSegmentBytes, size_t(4) << 20);
     if (local_ && HierarchicalPipeline::chunks_for(bytes) > 1) {
       if (!pipeline_) pipeline_ = std::make_unique<HierarchicalPipeline>(*local_, *cross_);
       PhaseScope p(ring.phases, "HIERARCHICAL_PIPELINE");
@@ -143,16 +151,18 @@ class HierarchicalAllreduce : public AllreduceAlgorithm {
 };
 
 // Rank 0's decision, so that ranks with different environments still agree.
-std::string choose(const Topology& topo) {
-  const bool shm = env_str("SHM", "1") != "0";
-  const std::string hier = env_str("HIERARCHICAL_ALLREDUCE");  // "" = automatic
+std::string choose(const Topology& topo, const Settings& s) {
+  const bool shm = s.flag(Setting::SHM);
+  const std::string hier = s.str(Setting::HIERARCHICAL_ALLREDUCE);  // "auto" = automatic
   if (topo.hosts == 1) {
     if (!shm) return "ring";
     return hier == "1" ? "hierarchical" : "shm";
   }
   const char* why_not = nullptr;
-  if (hier == "0") why_not = "HOROVODLITE_HIERARCHICAL_ALLREDUCE=0";
-  else if (!shm) why_not = "HOROVODLITE_SHM=0";
+  const std::string hier_var = s.variable(Setting::HIERARCHICAL_ALLREDUCE) + "=0";
+  const std::string shm_var = s.variable(Setting::SHM) + "=0";
+  if (hier == "0") why_not = hier_var.c_str();
+  else if (!shm) why_not = shm_var.c_str();
   else if (!topo.homogeneous) why_not = "hosts run different numbers of ranks";
   // Several hosts: the hierarchical path. With L ranks per host its L rings across
   // hosts move S/H per host link per step in 2(H-1) steps; the flat ring moves S/(HL)
@@ -169,16 +179,31 @@ std::string choose(const Topology& topo) {
 
 }  // namespace
 
+ShmOptions shm_options(const Settings& s) {
+  ShmOptions o;
+  o.chunk_bytes = static_cast<size_t>(s.integer(Setting::SHM_CHUNK_BYTES));
+  o.slots = static_cast<int>(s.integer(Setting::SHM_SLOTS));
+  o.stream_in_threshold = static_cast<size_t>(
+      s.integer_or(Setting::SHM_STREAM_IN_THRESHOLD, static_cast<long long>(ShmOptions::kAuto)));
+  o.stream_out_threshold = static_cast<size_t>(s.integer(Setting::SHM_STREAM_OUT_THRESHOLD));
+  o.ring_threshold = static_cast<size_t>(
+      s.integer_or(Setting::SHM_RING_THRESHOLD, static_cast<long long>(ShmOptions::kAuto)));
+  o.clamp();
+  return o;
+}
+
 std::unique_ptr<AllreduceAlgorithm> make_allreduce_algorithm(Transport& set,
-                                                             const std::vector<int>& hosts) {
+                                                             const std::vector<int>& hosts,
+                                                             const Settings& settings) {
   const int n = set.size(), me = set.rank();
   if (n <= 1 || hosts.size() != static_cast<size_t>(n)) return nullptr;
   const Topology topo = topology_of(hosts, me);
-  ShmOptions opts = shm_options_from_env();
+  ShmOptions opts = shm_options(settings);
+  const bool named = settings.str(Setting::SHM_MECHANISM) == "shm_open";
   std::string plan;
   if (me == 0) {
     std::ostringstream os;
-    os << choose(topo) << ' ' << opts.chunk_bytes << ' ' << opts.slots << ' '
+    os << choose(topo, settings) << ' ' << opts.chunk_bytes << ' ' << opts.slots << ' '
        << opts.stream_in_threshold << ' ' << opts.stream_out_threshold << ' '
        << opts.ring_threshold;
     plan = os.str();
@@ -190,10 +215,12 @@ std::unique_ptr<AllreduceAlgorithm> make_allreduce_algorithm(Transport& set,
       opts.stream_out_threshold >> opts.ring_threshold;
 
   if (kind == "shm") {
-    auto w = ShmWindow::create(set, ShmCollectives::window_bytes(opts, n));
+    auto w = ShmWindow::create(set, ShmCollectives::window_bytes(opts, n), named);
     if (!w) return nullptr;  // every rank alike: create() agrees over the whole set
     HVDL_LOG(DEBUG) << "allreduce: shared memory (" << w->mechanism() << ") over " << n << " ranks";
-    return std::make_unique<ShmAllreduce>(std::move(w), opts, set);
+    auto a = std::make_unique<ShmAllreduce>(std::move(w), opts, set);
+    install_test_faults(a->collectives(), settings);
+    return a;
   }
   if (kind != "hierarchical") return nullptr;
 
@@ -208,9 +235,12 @@ std::unique_ptr<AllreduceAlgorithm> make_allreduce_algorithm(Transport& set,
   // Every rank reads the same setting (it is forwarded by the launcher), so all of
   // them take part in the setup or none does.
   bool cross_is_tcp = false;
-  if (cross_t->size() > 1 && env_str("TCP_TRANSPORT", "1") != "0") {
-    // Pretend hosts (tests) all live on this machine: loopback then, no other address.
-    if (auto tcp = make_tcp_transport(cross_t, env_is_set("HOSTNAME_OVERRIDE"))) {
+  if (cross_t->size() > 1 && settings.flag(Setting::TCP_TRANSPORT)) {
+    TcpOptions tcp_opts;
+    tcp_opts.one_machine = settings.is_set(Setting::HOSTNAME_OVERRIDE);
+    tcp_opts.if_include = settings.str(Setting::TCP_IF_INCLUDE);
+    tcp_opts.timeout_s = settings.real(Setting::TCP_TIMEOUT_SECONDS);
+    if (auto tcp = make_tcp_transport(cross_t, tcp_opts)) {
       cross_t = std::move(tcp);
       cross_is_tcp = true;
     }
@@ -218,16 +248,20 @@ std::unique_ptr<AllreduceAlgorithm> make_allreduce_algorithm(Transport& set,
   std::unique_ptr<ShmCollectives> local;
   bool ok = true;
   if (local_t->size() > 1) {
-    auto w = ShmWindow::create(*local_t, ShmCollectives::window_bytes(opts, local_t->size()));
+    auto w = ShmWindow::create(*local_t, ShmCollectives::window_bytes(opts, local_t->size()),
+                               named);
     ok = w != nullptr;
-    if (ok) local = std::make_unique<ShmCollectives>(std::move(w), opts);
+    if (ok) {
+      local = std::make_unique<ShmCollectives>(std::move(w), opts);
+      install_test_faults(*local, settings);
+    }
   }
   local_t.reset();  // only needed to set the window up
   uint64_t all = ok ? 1 : 0;
   set.allreduce_and(&all, 1);  // some host may have failed where others succeeded
   if (!all) return nullptr;
   HVDL_LOG(DEBUG) << "allreduce: hierarchical, " << topo.hosts << " hosts x " << topo.local_size
-                  << " ranks";
+                  << " ranks, across hosts over " << (cross_is_tcp ? "TCP" : "MPI");
   return std::make_unique<HierarchicalAllreduce>(std::move(local), std::move(cross_t), opts,
                                                  cross_is_tcp);
 }

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 
-#include "../common/env.h"
 #include "../common/logging.h"
 
 namespace hvdl {
@@ -21,21 +20,21 @@ double median(std::vector<double> v) {
 }
 }  // namespace
 
-Autotuner::Autotuner(const Tunables& start) : current_(start), best_(start) {
-  warmup_samples_ = static_cast<int>(env_int("AUTOTUNE_WARMUP_SAMPLES", 1));
-  steps_per_sample_ = std::max(1, static_cast<int>(env_int("AUTOTUNE_STEPS_PER_SAMPLE", 5)));
-  samples_per_setting_ = std::max(1, static_cast<int>(env_int("AUTOTUNE_SAMPLES_PER_SETTING", 3)));
-  confirm_rounds_ = std::max(0, static_cast<int>(env_int("AUTOTUNE_CONFIRM_ROUNDS", 2)));
-  min_sample_s_ = env_double("AUTOTUNE_MIN_SAMPLE_MS", 20) / 1000.0;
+Autotuner::Autotuner(const Tunables& start, const AutotuneOptions& o) : current_(start), best_(start) {
+  warmup_samples_ = o.warmup_samples;
+  steps_per_sample_ = std::max(1, o.steps_per_sample);
+  samples_per_setting_ = std::max(1, o.samples_per_setting);
+  confirm_rounds_ = std::max(0, o.confirm_rounds);
+  min_sample_s_ = o.min_sample_ms / 1000.0;
   max_sample_s_ = std::max(2.0, 50 * min_sample_s_);
   // Candidate values: the range where each knob changes anything on CPU transports.
   knobs_ = {
       {"fusion_threshold", {0, 1 * kMiB, 4 * kMiB, 16 * kMiB, 32 * kMiB, 64 * kMiB, 128 * kMiB},
-       env_is_set("FUSION_THRESHOLD")},
-      {"cycle_time_ms", {0.5, 1, 2, 5}, env_is_set("CYCLE_TIME")},
-      {"ring_segment_bytes", {256 * 1024, 1 * kMiB, 4 * kMiB}, env_is_set("RING_SEGMENT_BYTES")},
+       o.fusion_fixed},
+      {"cycle_time_ms", {0.5, 1, 2, 5}, o.cycle_fixed},
+      {"ring_segment_bytes", {256 * 1024, 1 * kMiB, 4 * kMiB}, o.segment_fixed},
   };
-  std::string path = env_str("AUTOTUNE_LOG");
+  const std::string& path = o.log_path;
   if (!path.empty()) {
     log_ = std::fopen(path.c_str(), "w");
     if (!log_)

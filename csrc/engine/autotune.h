@@ -23,10 +23,18 @@
 
 namespace hvdl {
 
+// The AUTOTUNE_* settings, and which knobs the user fixed (those are never changed).
+struct AutotuneOptions {
+  int warmup_samples = 1, steps_per_sample = 5, samples_per_setting = 3, confirm_rounds = 2;
+  double min_sample_ms = 20;
+  std::string log_path;  // CSV; empty: none
+  bool fusion_fixed = false, cycle_fixed = false, segment_fixed = false;
+};
+
 class Autotuner {
  public:
   // `start`: the values in effect now.
-  explicit Autotuner(const Tunables& start);
+  Autotuner(const Tunables& start, const AutotuneOptions& opts);
   ~Autotuner();
 
   // Values to publish in the next round, or null.

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "../collectives/broadcast.h"
 #include "../collectives/phase_observer.h"
 #include "../collectives/reducer.h"
 #include "../common/buffer.h"
@@ -28,6 +29,7 @@ struct ExecContext {
   size_t fusion_threshold;
   Device& device;   // copies, identity fill, NCCL: use these instead of memcpy & co.
   size_t segment_bytes = 0;         // ring pipelining (RingOptions), same on every rank
+  BroadcastOptions broadcast = {};  // same on every rank
   PhaseObserver* phases = nullptr;  // the timeline, when it records: report phases here
   // This process set's allreduce on host memory when it is not the flat ring
   // (shared memory, hierarchical); null for the ring.

@@ -44,6 +44,7 @@ class Controller {
   RoundResult round(std::vector<Request> fresh, bool want_shutdown, Timeline* timeline = nullptr,
                     const Tunables* publish = nullptr, bool arriving = false,
                     Clock::duration defer_limit = Clock::duration::zero());
+  size_t cache_capacity() const { return cache_.capacity(); }
   // After a response ran: cache it (identically on every rank).
   void executed(const Response& r, const Request* local);
   // When this rank needs a round for its own timers (stall checks, cached requests

@@ -12,7 +12,6 @@
 #include <stdexcept>
 
 #include "../../cuda/gpu_kernels.h"
-#include "../common/env.h"
 #include "../common/logging.h"
 #include "../reduce/identity.h"
 #include "../transport/device_transport.h"
@@ -86,8 +85,8 @@ class KernelReducer final : public Reducer {
 
 class CudaDevice final : public Device {
  public:
-  CudaDevice(int ordinal, Transport& host)
-      : ordinal_(ordinal), host_(host), stream_(create_stream(ordinal)), reducer_(stream_),
+  CudaDevice(int ordinal, Transport& host, size_t staging_segment_bytes)
+      : ordinal_(ordinal), host_(host), staging_segment_bytes_(staging_segment_bytes), stream_(create_stream(ordinal)), reducer_(stream_),
         fusion_(stream_), scratch_(stream_), descs_(stream_) {}
 
   ~CudaDevice() override {
@@ -103,7 +102,7 @@ class CudaDevice final : public Device {
   // op that NCCL cannot run falls back to the algorithms over MPI.
   void use_mpi() {
     staged_ = !mpi_cuda_aware();
-    transport_ = staged_ ? make_staging_transport(host_, stream_)
+    transport_ = staged_ ? make_staging_transport(host_, stream_, staging_segment_bytes_)
                          : make_stream_synced_transport(host_, stream_);
   }
   void use_nccl(Transport& ctrl) { nccl_ = make_nccl_collectives(ctrl, ordinal_, stream_); }
@@ -162,6 +161,7 @@ class CudaDevice final : public Device {
 
   const int ordinal_;
   Transport& host_;
+  size_t staging_segment_bytes_;
   void* stream_;
   KernelReducer reducer_;
   DeviceBuffer fusion_, scratch_, descs_;
@@ -195,8 +195,7 @@ std::string host_name() {
   return buf;
 }
 
-std::string gpu_operations() {
-  std::string v = env_str("GPU_OPERATIONS", "");
+std::string upper(std::string v) {
   std::transform(v.begin(), v.end(), v.begin(), [](unsigned char c) { return std::toupper(c); });
   return v;
 }
@@ -205,8 +204,7 @@ std::string gpu_operations() {
 // NCCL, or MPI with the reason, 'M' (expected, logged as info) or 'W' (a fallback the
 // user should hear about). Everyone gets the same answer, so no rank is left waiting
 // in a collective the others skipped.
-std::string decide(const std::vector<std::string>& facts) {
-  const std::string want = gpu_operations();
+std::string decide(const std::vector<std::string>& facts, const std::string& want) {
   std::vector<std::vector<std::string>> f;
   for (auto& s : facts) f.push_back(split(s, 4));  // error, host, bus id, NCCL problem
   for (size_t r = 0; r < f.size(); ++r)
@@ -231,13 +229,13 @@ std::string decide(const std::vector<std::string>& facts) {
 
 }  // namespace
 
-std::unique_ptr<Device> make_cuda_device(int ordinal, Transport& t) {
+std::unique_ptr<Device> make_cuda_device(int ordinal, Transport& t, const GpuOptions& opts) {
   // Everything that can fail on one rank alone happens before the agreement.
   std::unique_ptr<CudaDevice> dev;
   std::string error, bus, nccl_why;
   try {
     if (!gpu::runtime_available()) throw std::runtime_error("no usable CUDA driver or GPU");
-    dev = std::make_unique<CudaDevice>(ordinal, t);
+    dev = std::make_unique<CudaDevice>(ordinal, t, opts.staging_segment_bytes);
     dev->use_mpi();
     bus = gpu::pci_bus_id(ordinal);
   } catch (const std::exception& e) {
@@ -245,11 +243,12 @@ std::unique_ptr<Device> make_cuda_device(int ordinal, Transport& t) {
     dev.reset();
   }
   // Loaded only when it may be used (it is a large library).
-  if (gpu_operations() != "MPI" && !nccl_api(&nccl_why) && nccl_why.empty())
+  const std::string want = upper(opts.operations);
+  if (want != "MPI" && !nccl_api(&nccl_why) && nccl_why.empty())
     nccl_why = "not loadable";
   std::string mine = error + kSep + host_name() + kSep + bus + kSep + nccl_why;
   std::vector<std::string> facts = t.gather(mine, 0);
-  std::string plan = t.rank() == 0 ? decide(facts) : std::string();
+  std::string plan = t.rank() == 0 ? decide(facts, want) : std::string();
   t.broadcast(plan, 0);
   if (plan.empty() || plan[0] == 'E')
     throw std::runtime_error(plan.empty() ? "no GPU plan from rank 0" : plan.substr(1));
@@ -292,7 +291,7 @@ static const char* kNoCuda =
     "horovodlite was built without CUDA (cuda_built() is False), so GPU tensors cannot be used; "
     "reinstall with nvcc on the PATH, or pass host memory";
 
-std::unique_ptr<Device> make_cuda_device(int, Transport&) { throw std::runtime_error(kNoCuda); }
+std::unique_ptr<Device> make_cuda_device(int, Transport&, const GpuOptions&) { throw std::runtime_error(kNoCuda); }
 bool cuda_built() { return false; }
 bool gpu_runtime_available() { return false; }
 std::shared_ptr<void> record_ready_event(int, void*) { throw std::runtime_error(kNoCuda); }

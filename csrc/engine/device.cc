@@ -15,7 +15,7 @@ Device& DeviceSet::get(int ordinal) {
     return *cpu_;
   }
   auto it = gpus_.find(ordinal);
-  if (it == gpus_.end()) it = gpus_.emplace(ordinal, make_cuda_device(ordinal, t_)).first;
+  if (it == gpus_.end()) it = gpus_.emplace(ordinal, make_cuda_device(ordinal, t_, gpu_)).first;
   return *it->second;
 }
 

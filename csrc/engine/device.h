@@ -56,21 +56,28 @@ class Device {
 
 std::unique_ptr<Device> make_cpu_device(Transport& t);
 
+// How GPU collectives run (the GPU_OPERATIONS and GPU_STAGING_SEGMENT_BYTES settings).
+struct GpuOptions {
+  std::string operations;                    // "NCCL", "MPI"; "" = NCCL where it works
+  size_t staging_segment_bytes = 4u << 20;   // MPI without CUDA support: pinned pieces
+};
+
 // Collective over `t`'s ranks (each passes its own GPU): they agree on NCCL or MPI and
 // set up NCCL. A rank that cannot use its GPU makes it throw on every rank.
 // Throws std::runtime_error in a build without CUDA.
-std::unique_ptr<Device> make_cuda_device(int ordinal, Transport& t);
+std::unique_ptr<Device> make_cuda_device(int ordinal, Transport& t, const GpuOptions& opts);
 
 // The devices one process set has used, created on first use.
 class DeviceSet {
  public:
-  explicit DeviceSet(Transport& t) : t_(t) {}
+  DeviceSet(Transport& t, GpuOptions gpu) : t_(t), gpu_(std::move(gpu)) {}
   // -1: host. A GPU is set up on its first use, collectively (see make_cuda_device).
   Device& get(int ordinal);
   void clear() { gpus_.clear(); cpu_.reset(); }
 
  private:
   Transport& t_;
+  GpuOptions gpu_;
   std::unique_ptr<Device> cpu_;
   std::map<int, std::unique_ptr<Device>> gpus_;
 };

@@ -4,7 +4,10 @@
 #include <numeric>
 #include <stdexcept>
 
-#include "../common/env.h"
+#include "../common/settings.h"
+#include "../reduce/reduce.h"
+#include "../transport/shared_arena.h"
+#include "output_pool.h"
 #include "../common/logging.h"
 #include "../transport/peer_health.h"
 #include "timeline.h"
@@ -24,35 +27,54 @@ static std::vector<int> hosts_of(const Topology& t, const std::vector<int>& rank
   return h;
 }
 
-static EngineParams read_params() {
+// The settings each layer below needs, as its options.
+static EngineParams params_from(const Settings& s) {
+  using S = Setting;
   EngineParams p;
-  p.fusion_threshold = static_cast<size_t>(env_int("FUSION_THRESHOLD", 128ll << 20));
-  p.cycle_time_ms = env_double("CYCLE_TIME", 1.0);
-  p.cache_capacity = static_cast<size_t>(env_int("CACHE_CAPACITY", 1024));
-  p.stall_warn_s = env_double("STALL_CHECK_TIME_SECONDS", 60);
-  if (env_is_set("STALL_CHECK_DISABLE") && env_int("STALL_CHECK_DISABLE", 0)) p.stall_warn_s = 0;
-  p.stall_fail_s = env_double("STALL_SHUTDOWN_TIME_SECONDS", 0);
-  // Read at every init (ring_segment_bytes() keeps the first value for the process).
-  p.segment_bytes = static_cast<size_t>(std::max<long long>(64, env_int("RING_SEGMENT_BYTES", 1 << 20)));
-  p.autotune = env_int("AUTOTUNE", 0) != 0;
-  p.peer_timeout_s = env_double("PEER_TIMEOUT_SECONDS", 30);
+  p.fusion_threshold = static_cast<size_t>(s.integer(S::FUSION_THRESHOLD));
+  p.cycle_time_ms = s.real(S::CYCLE_TIME);
+  p.cache_capacity = static_cast<size_t>(s.integer(S::CACHE_CAPACITY));
+  p.stall_warn_s = s.real(S::STALL_CHECK_TIME_SECONDS);
+  if (s.flag(S::STALL_CHECK_DISABLE)) p.stall_warn_s = 0;
+  p.stall_fail_s = s.real(S::STALL_SHUTDOWN_TIME_SECONDS);
+  p.segment_bytes = static_cast<size_t>(std::max<long long>(64, s.integer(S::RING_SEGMENT_BYTES)));
+  p.autotune = s.flag(S::AUTOTUNE);
+  AutotuneOptions& a = p.autotune_options;
+  a.warmup_samples = static_cast<int>(s.integer(S::AUTOTUNE_WARMUP_SAMPLES));
+  a.steps_per_sample = static_cast<int>(s.integer(S::AUTOTUNE_STEPS_PER_SAMPLE));
+  a.samples_per_setting = static_cast<int>(s.integer(S::AUTOTUNE_SAMPLES_PER_SETTING));
+  a.confirm_rounds = static_cast<int>(s.integer(S::AUTOTUNE_CONFIRM_ROUNDS));
+  a.min_sample_ms = s.real(S::AUTOTUNE_MIN_SAMPLE_MS);
+  a.log_path = s.str(S::AUTOTUNE_LOG);
+  // What the user set is never tuned.
+  a.fusion_fixed = s.is_set(S::FUSION_THRESHOLD);
+  a.cycle_fixed = s.is_set(S::CYCLE_TIME);
+  a.segment_fixed = s.is_set(S::RING_SEGMENT_BYTES);
+  p.broadcast.chain_from_bytes = static_cast<size_t>(s.integer(S::BROADCAST_CHAIN_BYTES));
+  p.broadcast.chain_segment_bytes = static_cast<size_t>(s.integer(S::BROADCAST_SEGMENT_BYTES));
+  // Unset means "NCCL where it works, quietly": only an explicit NCCL warns on fallback.
+  p.gpu.operations = s.is_set(S::GPU_OPERATIONS) ? s.str(S::GPU_OPERATIONS) : "";
+  p.gpu.staging_segment_bytes = static_cast<size_t>(s.integer(S::GPU_STAGING_SEGMENT_BYTES));
+  p.peer_timeout_s = s.real(S::PEER_TIMEOUT_SECONDS);
   // Set by horovodlite-run: where ranks note failures for its first-failure report.
-  p.failure_report_dir = env_str("FAILURE_REPORT_DIR");
+  p.failure_report_dir = s.str(S::FAILURE_REPORT_DIR);
+  p.settings = s;
   return p;
 }
 
-void Engine::init(long long fortran_comm, const std::vector<int>& ranks) {
+Engine::~Engine() { shutdown(); }
+
+void Engine::init(std::unique_ptr<World> world, const Settings& settings) {
   std::lock_guard<std::mutex> l(mu_);
-  if (world_) return;
-  // After a failure MPI's world is unusable, except to survivors that brought a
-  // communicator of the living (elastic training: ULFM's shrink, or a merge of it).
-  std::string lost = PeerHealth::get().first_failure();
-  if (!lost.empty() && fortran_comm < 0)
-    throw std::runtime_error(
-        "horovodlite cannot be initialized again in this process: its MPI world lost a "
-        "member (" + lost + "); MPI cannot be used after that. Start a new job.");
-  params_ = read_params();
-  world_ = make_mpi_world(fortran_comm, ranks);
+  if (world_ || !world) return;
+  settings_ = settings;
+  // Process-wide parts first: logging, kernels and pools serve every layer.
+  set_log_level(settings.str(Setting::LOG_LEVEL));
+  select_reduce_isa(settings.str(Setting::REDUCE_ISA));
+  OutputPool::get().set_limit(static_cast<size_t>(settings.integer(Setting::OUTPUT_CACHE_BYTES)));
+  SharedArena::reserve_bytes(static_cast<size_t>(settings.integer(Setting::SHARED_ARENA_BYTES)));
+  params_ = params_from(settings);
+  world_ = std::move(world);
   PeerHealth::get().set_report_dir(params_.failure_report_dir);
   world_->watch_peers(params_.peer_timeout_s);
   const Topology& t = world_->topology();
@@ -60,9 +82,9 @@ void Engine::init(long long fortran_comm, const std::vector<int>& ranks) {
   std::vector<int> all(t.size);
   std::iota(all.begin(), all.end(), 0);
   set_ranks_[0] = all;
-  if (t.rank == 0 && env_is_set("TIMELINE")) {
+  if (t.rank == 0 && settings.is_set(Setting::TIMELINE)) {
     try {
-      Timeline::get().start(env_str("TIMELINE"), env_int("TIMELINE_MARK_CYCLES", 0) != 0);
+      Timeline::get().start(settings.str(Setting::TIMELINE), settings.flag(Setting::TIMELINE_MARK_CYCLES));
     } catch (const std::exception& e) {
       HVDL_LOG(ERROR) << e.what() << "; running without a timeline";
     }
@@ -229,6 +251,16 @@ void Engine::stop_timeline() {
   std::lock_guard<std::mutex> l(mu_);
   if (!world_) throw std::runtime_error("horovodlite has not been initialized; call hvd.init() first");
   Timeline::get().stop();
+}
+
+std::map<std::string, std::string> Engine::report(int id) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto r = worker_for(id)->report();
+  static const char* levels[] = {"trace", "debug", "info", "warning", "error", "fatal"};
+  r["log_level"] = levels[static_cast<int>(log_threshold())];
+  r["reduce_isa"] = reduce_isa();
+  r["output_cache_limit"] = std::to_string(OutputPool::get().limit());
+  return r;
 }
 
 std::string Engine::allreduce_algorithm(int id) {

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/settings.h"
 #include "../transport/world.h"
 #include "handle.h"
 #include "worker.h"
@@ -25,9 +26,17 @@ struct EnqueueArgs {
 
 class Engine {
  public:
+  // The process's engine, for the binding: Python's hvd.* calls have no handle to pass
+  // around, and MPI can be initialised once per process anyway. Tests make their own
+  // Engine per thread-rank.
   static Engine& get();
+  Engine() = default;
+  ~Engine();
 
-  void init(long long fortran_comm, const std::vector<int>& ranks);
+  // Starts the engine over `world` (the MPI world, or the tests' threads); no effect
+  // when already started. `settings`: read by the caller at init()
+  // (Settings::from_env()); every layer gets its values from here.
+  void init(std::unique_ptr<World> world, const Settings& settings);
   void shutdown();
   bool initialized();
   const Topology& topology();
@@ -55,7 +64,15 @@ class Engine {
   void stop_timeline();
   // "ring", "shm" or "hierarchical": how this rank's allreduces in the set run.
   std::string allreduce_algorithm(int process_set);
+  // What the set's engine and the process-wide parts (log level, kernels, pools) run
+  // with, read back from them: the settings test checks every setting arrived.
+  std::map<std::string, std::string> report(int process_set);
   const EngineParams& params() { return params_; }
+  // The settings of the current (or last) init().
+  Settings settings() {
+    std::lock_guard<std::mutex> l(mu_);
+    return settings_;
+  }
 
  private:
   Worker* worker_for(int id);
@@ -66,6 +83,7 @@ class Engine {
   int next_set_id_ = 1;
   HandleTable handles_;
   EngineParams params_;
+  Settings settings_;
 };
 
 }  // namespace hvdl

@@ -4,7 +4,6 @@
 #include <new>
 #include <vector>
 
-#include "../common/env.h"
 
 namespace hvdl {
 
@@ -18,7 +17,15 @@ OutputPool& OutputPool::get() {
   return *p;
 }
 
-OutputPool::OutputPool() : limit_(static_cast<size_t>(env_int("OUTPUT_CACHE_BYTES", 256ll << 20))) {}
+OutputPool::OutputPool() : limit_(256ull << 20) {}
+
+void OutputPool::set_limit(size_t bytes) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    limit_ = bytes;
+  }
+  if (cached_bytes() > bytes) trim();
+}
 
 std::shared_ptr<void> OutputPool::allocate(size_t bytes) {
   if (bytes < kPooledFrom) {

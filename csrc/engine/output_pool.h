@@ -23,6 +23,12 @@ class OutputPool {
   std::shared_ptr<void> allocate(size_t bytes);
   size_t cached_bytes();
   void trim();  // free every cached block
+  // Most bytes kept cached (the OUTPUT_CACHE_BYTES setting, applied at init()).
+  void set_limit(size_t bytes);
+  size_t limit() {
+    std::lock_guard<std::mutex> l(mu_);
+    return limit_;
+  }
 
  private:
   OutputPool();

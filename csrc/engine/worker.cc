@@ -8,6 +8,7 @@
 #include "../common/logging.h"
 #include "../transport/peer_health.h"
 #include "collective_op.h"
+#include "fault_injection.h"
 #include "fusion_planner.h"
 
 namespace hvdl {
@@ -33,17 +34,53 @@ Worker::Worker(std::unique_ptr<Transport> t, EngineParams p, int id,
       params_(p),
       id_(id),
       controller_(*transport_, p.cache_capacity, p.stall_warn_s, p.stall_fail_s),
-      devices_(*transport_),
-      allreduce_(make_allreduce_algorithm(*transport_, host_of_member)),
+      devices_(*transport_, p.gpu),
+      allreduce_(make_allreduce_algorithm(*transport_, host_of_member, p.settings)),
       records_timeline_(id == 0 && transport_->rank() == 0) {
   shown_.fusion_threshold = p.fusion_threshold;
   shown_.cycle_time_ms = p.cycle_time_ms;
   shown_.segment_bytes = p.segment_bytes;
-  if (p.autotune && records_timeline_) tuner_ = std::make_unique<Autotuner>(shown_);
+  if (p.autotune && records_timeline_) tuner_ = std::make_unique<Autotuner>(shown_, p.autotune_options);
   thread_ = std::thread([this] { loop(); });
 }
 
 Worker::~Worker() { stop(); }
+
+std::map<std::string, std::string> Worker::report() const {
+  auto s = [](auto v) { return std::to_string(v); };
+  const EngineParams& p = params_;
+  const AutotuneOptions& a = p.autotune_options;
+  std::map<std::string, std::string> r = {
+      {"cache_capacity", s(controller_.cache_capacity())},
+      {"stall_warn_s", s(p.stall_warn_s)},
+      {"stall_fail_s", s(p.stall_fail_s)},
+      {"broadcast_chain_from_bytes", s(p.broadcast.chain_from_bytes)},
+      {"broadcast_chain_segment_bytes", s(p.broadcast.chain_segment_bytes)},
+      {"gpu_operations", p.gpu.operations},
+      {"gpu_staging_segment_bytes", s(p.gpu.staging_segment_bytes)},
+      {"autotuner", tuner_ ? "on" : "off"},
+      {"autotune_warmup_samples", s(a.warmup_samples)},
+      {"autotune_steps_per_sample", s(a.steps_per_sample)},
+      {"autotune_samples_per_setting", s(a.samples_per_setting)},
+      {"autotune_confirm_rounds", s(a.confirm_rounds)},
+      {"autotune_min_sample_ms", s(a.min_sample_ms)},
+      {"allreduce", allreduce_algorithm()},
+      {"peer_timeout_s", s(p.peer_timeout_s)},
+      {"failure_report_dir", p.failure_report_dir},
+      {"tcp_if_include", p.settings.str(Setting::TCP_IF_INCLUDE)},
+      {"tcp_timeout_s", s(p.settings.real(Setting::TCP_TIMEOUT_SECONDS))},
+  };
+  if (const ShmOptions* o = allreduce_ ? allreduce_->shm_options() : nullptr) {
+    r["shm_chunk_bytes"] = s(o->chunk_bytes);
+    r["shm_slots"] = s(o->slots);
+    r["shm_stream_in_threshold"] = s(o->stream_in_threshold);
+    r["shm_stream_out_threshold"] = s(o->stream_out_threshold);
+    r["shm_ring_threshold"] = s(o->ring_threshold);
+    r["shm_test_kill_at_step"] = allreduce_->fault_hooked() ? s(test_kill_step(p.settings)) : "0";
+    r["shm_mechanism"] = allreduce_->window_mechanism();
+  }
+  return r;
+}
 
 void Worker::stop() {
   queue_.request_shutdown();
@@ -218,6 +255,7 @@ uint64_t Worker::execute(const std::vector<Response>& responses, Timeline* tl,
         ExecContext ctx{dev->transport(), dev->reducer(), dev->fusion(), dev->scratch(),
                         params_.fusion_threshold, *dev};
         ctx.segment_bytes = params_.segment_bytes;
+        ctx.broadcast = params_.broadcast;
         // Shared memory / hierarchical paths work on host memory only.
         if (dev->ordinal() < 0) ctx.allreduce = allreduce_.get();
         ctx.phases = tl ? &trace : nullptr;

@@ -3,12 +3,16 @@
 // Each process set has its own, so sets never wait on each other.
 #pragma once
 #include <atomic>
+#include <map>
+#include <string>
 #include <chrono>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
 
+#include "../collectives/broadcast.h"
+#include "../common/settings.h"
 #include "../transport/transport.h"
 #include "autotune.h"
 #include "allreduce_algorithm.h"
@@ -20,6 +24,7 @@
 
 namespace hvdl {
 
+// What a process set's engine needs of the settings (engine.cc's params_from()).
 struct EngineParams {
   size_t fusion_threshold = 128u << 20;
   double cycle_time_ms = 1.0;
@@ -29,6 +34,11 @@ struct EngineParams {
   bool autotune = false;            // rank 0 of the global set tunes the knobs above
   double peer_timeout_s = 30;       // a peer silent this long is declared dead (0: not watched)
   std::string failure_report_dir;   // horovodlite-run's first-failure report
+  AutotuneOptions autotune_options;
+  BroadcastOptions broadcast;
+  GpuOptions gpu;
+  // The allreduce paths' settings (SHM, HIERARCHICAL_ALLREDUCE, SHM_*).
+  Settings settings;
 };
 
 struct WorkerStats {
@@ -53,6 +63,8 @@ class Worker {
   int id() const { return id_; }
   const char* allreduce_algorithm() const { return allreduce_ ? allreduce_->name() : "ring"; }
   void stop();
+  // What this set's engine runs with, as name -> value (Engine::report()).
+  std::map<std::string, std::string> report() const;
 
  private:
   void loop();

@@ -190,14 +190,69 @@ py::object output(int64_t h) {
 
 }  // namespace
 
+// The arena is made on first use, which may come before init(): then its size comes
+// from the environment as init() would read it.
+void size_arena_before_init() {
+  if (!SharedArena::exists() && !Engine::get().initialized())
+    SharedArena::reserve_bytes(
+        static_cast<size_t>(Settings::from_env().integer(Setting::SHARED_ARENA_BYTES)));
+}
+
 PYBIND11_MODULE(_core, m) {
   m.doc() = "horovodlite core engine";
   py::register_exception<InternalError>(m, "HorovodInternalError", PyExc_RuntimeError);
 
+  // The one place the environment is read (common/settings.h); the Python layer reads
+  // its own settings through read_settings() at init() too.
   m.def("init", [](long long comm, std::vector<int> ranks) {
+    const Settings s = Settings::from_env();
+    set_jax_ffi_async(s.flag(Setting::JAX_FFI_ASYNC));
     py::gil_scoped_release nogil;
-    Engine::get().init(comm, ranks);
+    if (Engine::get().initialized()) return;  // making a world is collective: only once
+    // After a failure MPI's world is unusable, except to survivors that brought a
+    // communicator of the living (elastic training: ULFM's shrink, or a merge of it).
+    std::string lost = PeerHealth::get().first_failure();
+    if (!lost.empty() && comm < 0)
+      throw std::runtime_error(
+          "horovodlite cannot be initialized again in this process: its MPI world lost a "
+          "member (" + lost + "); MPI cannot be used after that. Start a new job.");
+    Engine::get().init(make_mpi_world(comm, ranks, s.str(Setting::HOSTNAME_OVERRIDE)), s);
   }, py::arg("fortran_comm") = -1, py::arg("ranks") = std::vector<int>());
+  m.def("engine_report", [](int ps) {
+    py::gil_scoped_release nogil;
+    return Engine::get().report(ps);
+  }, py::arg("process_set") = 0);
+  m.def("jax_ffi_async", [] { return jax_ffi_async(); });
+  m.def("settings_table", [] {
+    py::list out;
+    for (const SettingSpec& s : setting_specs()) {
+      py::dict d;
+      d["name"] = s.name;
+      d["type"] = setting_type_name(s.type);
+      d["default"] = s.dflt;
+      d["tunable"] = s.tunable;
+      d["meaning"] = s.meaning;
+      out.append(d);
+    }
+    return out;
+  });
+  // Every setting as the environment gives it now: name -> (value typed per the table,
+  // whether it was set, the variable that set it).
+  m.def("read_settings", [] {
+    const Settings s = Settings::from_env();
+    py::dict out;
+    for (const SettingSpec& spec : setting_specs()) {
+      py::object v;
+      const bool numeric_default = spec.type != SettingType::STRING && std::string(spec.dflt) != "auto";
+      if (spec.type == SettingType::STRING) v = py::str(s.str(spec.id));
+      else if (!s.is_set(spec.id) && !numeric_default) v = py::none();
+      else if (spec.type == SettingType::INT) v = py::int_(s.integer(spec.id));
+      else if (spec.type == SettingType::BOOL) v = py::bool_(s.flag(spec.id));
+      else v = py::float_(s.real(spec.id));
+      out[spec.name] = py::make_tuple(v, s.is_set(spec.id), s.variable(spec.id));
+    }
+    return out;
+  });
   m.def("shutdown", [] {
     py::gil_scoped_release nogil;
     Engine::get().shutdown();
@@ -267,14 +322,17 @@ PYBIND11_MODULE(_core, m) {
   m.def("output_cache_bytes", [] { return OutputPool::get().cached_bytes(); });
   // Uninitialised bytes the other ranks of this host can map (shared_arena.h).
   m.def("shared_empty", [](size_t bytes) {
+    size_arena_before_init();
     return pooled_array(SharedArena::get().allocate(bytes), bytes);
   });
   m.def("in_shared_arena", [](uintptr_t addr, size_t bytes) {
+    size_arena_before_init();
     SharedArena* a = SharedArena::get_if_any();
     return a && a->offset_of(reinterpret_cast<const void*>(addr), bytes) >= 0;
   });
   m.def("shared_arena_info", [] {
     py::dict d;
+    size_arena_before_init();
     SharedArena* a = SharedArena::get_if_any();
     d["bytes_in_use"] = a ? a->bytes_in_use() : 0;
     d["capacity"] = a ? a->capacity() : 0;

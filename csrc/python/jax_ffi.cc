@@ -26,7 +26,7 @@
 #include <thread>
 #include <vector>
 
-#include "../common/env.h"
+#include <atomic>
 #include "../engine/engine.h"
 #include "xla_ffi_abi.h"
 
@@ -235,9 +235,11 @@ class Completer {
   bool started_ = false;
 };
 
+// Process-wide: XLA calls the handler from its own threads, with no engine handle.
+std::atomic<bool> g_async{true};
+
 bool async_enabled(const Api* api) {
-  static const bool want = env_int("JAX_FFI_ASYNC", 1) != 0;
-  return want && api->api_version.major_version == kApiMajor &&
+  return g_async.load(std::memory_order_relaxed) && api->api_version.major_version == kApiMajor &&
          api->api_version.minor_version >= kMinorAsync;
 }
 
@@ -341,5 +343,8 @@ Error* handler_entry(CallFrame* f) {
 }  // namespace
 
 void* jax_ffi_handler() { return reinterpret_cast<void*>(&handler_entry); }
+
+void set_jax_ffi_async(bool on) { g_async = on; }
+bool jax_ffi_async() { return g_async.load(); }
 
 }  // namespace hvdl

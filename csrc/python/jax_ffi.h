@@ -6,5 +6,8 @@ namespace hvdl {
 
 // XLA_FFI_Handler* for the "horovodlite_collective" custom-call target.
 void* jax_ffi_handler();
+// The JAX_FFI_ASYNC setting, applied at init(): collectives complete in the background.
+void set_jax_ffi_async(bool on);
+bool jax_ffi_async();
 
 }  // namespace hvdl

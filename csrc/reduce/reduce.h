@@ -1,8 +1,9 @@
 // CPU reduction kernels. Every collective that combines data calls only these two
-// entry points; the ISA-specific implementation is chosen once, at first use, from
-// what the running CPU supports (never from the build machine's flags).
+// entry points; the ISA-specific implementation is the best the running CPU supports
+// (never from the build machine's flags), or the one init() was told to use.
 #pragma once
 #include <cstddef>
+#include <string>
 #include "../common/dtype.h"
 
 namespace hvdl {
@@ -19,5 +20,8 @@ void scale_buffer(void* buf, size_t count, DataType dtype, double factor);
 
 // Name of the kernel set in use ("avx512", "avx2", "generic"), for logs and tests.
 const char* reduce_isa();
+// Uses the set `name` names ("generic", "avx2", "avx512"; "" or "auto": the best the
+// CPU has) from now on; a set the CPU lacks degrades to the next best. Called by init().
+void select_reduce_isa(const std::string& name);
 
 }  // namespace hvdl

@@ -9,6 +9,7 @@
 //
 // Errors (BOOL, ADASUM, unknown enum values) are thrown as std::invalid_argument
 // before any kernel runs, even for count == 0, so misuse is caught in small tests.
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -55,25 +56,29 @@ const KernelSet* by_name(const char* name) {
   return nullptr;
 }
 
-// Best supported set, or the one HOROVODLITE_REDUCE_ISA names (tests use it to pin a
-// path); a forced set the CPU lacks degrades along the fallback chain.
-const KernelSet* choose() {
+// Best supported set, or the one `name` asks for (the REDUCE_ISA setting; tests use
+// it to pin a path); a forced set the CPU lacks degrades along the fallback chain.
+const KernelSet* choose(const std::string& name) {
   const KernelSet* k = &kAvx2;
-  if (const char* env = std::getenv("HOROVODLITE_REDUCE_ISA"); env && *env) {
-    if (const KernelSet* forced = by_name(env)) {
+  if (!name.empty() && name != "auto") {
+    if (const KernelSet* forced = by_name(name.c_str())) {
       k = forced;
     } else {
-      std::fprintf(stderr, "horovodlite: ignoring unknown HOROVODLITE_REDUCE_ISA=%s\n", env);
+      std::fprintf(stderr, "horovodlite: ignoring unknown HOROVODLITE_REDUCE_ISA=%s\n", name.c_str());
     }
   }
   while (!cpu_has(k)) k = k->fallback;
   return k;
 }
 
-const KernelSet& active() {
-  static const KernelSet* const k = choose();  // thread-safe one-time init
-  return *k;
+// Process-wide: the kernels are plain functions every layer calls, also before init()
+// (the binding's reduce_into); init() sets it from the settings, between collectives.
+std::atomic<const KernelSet*>& active_set() {
+  static std::atomic<const KernelSet*> k{choose("")};
+  return k;
 }
+
+const KernelSet& active() { return *active_set().load(std::memory_order_relaxed); }
 
 bool reducible(DataType t) { return dtype_is_reducible(t); }
 
@@ -140,5 +145,7 @@ void scale_buffer(void* buf, size_t count, DataType dtype, double factor) {
 }
 
 const char* reduce_isa() { return detail::active().name; }
+
+void select_reduce_isa(const std::string& name) { detail::active_set() = detail::choose(name); }
 
 }  // namespace hvdl

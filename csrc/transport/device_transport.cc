@@ -6,14 +6,8 @@
 #include <vector>
 
 #include "../../cuda/gpu_kernels.h"
-#include "../common/env.h"
 
 namespace hvdl {
-
-size_t staging_segment_bytes() {
-  static const size_t v = static_cast<size_t>(env_int("GPU_STAGING_SEGMENT_BYTES", 4 << 20));
-  return std::max<size_t>(v, 4096);
-}
 
 namespace {
 
@@ -86,8 +80,8 @@ class ForwardingTransport : public Transport {
 
 class StagingTransport final : public ForwardingTransport {
  public:
-  StagingTransport(Transport& host, void* stream)
-      : ForwardingTransport(host), stream_(stream), seg_(staging_segment_bytes()) {}
+  StagingTransport(Transport& host, void* stream, size_t segment_bytes)
+      : ForwardingTransport(host), stream_(stream), seg_(std::max<size_t>(segment_bytes, 4096)) {}
 
   ~StagingTransport() override {
     for (void* ev : events_) gpu::event_destroy(ev);
@@ -196,8 +190,9 @@ class StreamSyncedTransport final : public ForwardingTransport {
 
 }  // namespace
 
-std::unique_ptr<Transport> make_staging_transport(Transport& host, void* stream) {
-  return std::make_unique<StagingTransport>(host, stream);
+std::unique_ptr<Transport> make_staging_transport(Transport& host, void* stream,
+                                                  size_t segment_bytes) {
+  return std::make_unique<StagingTransport>(host, stream, segment_bytes);
 }
 
 std::unique_ptr<Transport> make_stream_synced_transport(Transport& cuda_aware, void* stream) {

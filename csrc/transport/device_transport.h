@@ -14,14 +14,13 @@ namespace hvdl {
 
 // For an MPI that cannot read device memory: every transfer goes through pinned host
 // memory, cut into segments so copies to/from the GPU overlap the transfer itself.
-// `host` must outlive the adapter.
-std::unique_ptr<Transport> make_staging_transport(Transport& host, void* stream);
+// `host` must outlive the adapter. `segment_bytes`: bytes per staged piece (at least 4096).
+constexpr size_t kDefaultStagingSegmentBytes = 4u << 20;
+std::unique_ptr<Transport> make_staging_transport(Transport& host, void* stream,
+                                                  size_t segment_bytes = kDefaultStagingSegmentBytes);
 
 // For a CUDA-aware MPI: device pointers go to MPI directly, after the stream has
 // finished writing them (MPI does not follow CUDA streams).
 std::unique_ptr<Transport> make_stream_synced_transport(Transport& cuda_aware, void* stream);
-
-// Bytes per staged piece (HOROVODLITE_GPU_STAGING_SEGMENT_BYTES, default 4 MiB).
-size_t staging_segment_bytes();
 
 }  // namespace hvdl

@@ -12,7 +12,6 @@
 #include <thread>
 #include <chrono>
 
-#include "../common/env.h"
 #include "../common/logging.h"
 #include "mpi_failures.h"
 #include "mpi_heartbeat.h"
@@ -408,9 +407,8 @@ void ensure_mpi_initialized() {
   std::atexit(finalize_at_exit);
 }
 
-std::string host_name() {
-  std::string h = env_str("HOSTNAME_OVERRIDE");  // lets tests pretend ranks are on several hosts
-  if (!h.empty()) return h;
+std::string host_name(const std::string& override_name) {
+  if (!override_name.empty()) return override_name;
   char buf[256] = {0};
   gethostname(buf, sizeof(buf) - 1);
   return buf;
@@ -418,14 +416,14 @@ std::string host_name() {
 
 class MpiWorld : public World {
  public:
-  MpiWorld(MPI_Comm comm) : comm_(comm) {
+  MpiWorld(MPI_Comm comm, const std::string& hostname) : comm_(comm) {
     mpi_failures::adopt(comm_);
     MPI_Comm_rank(comm_, &topo_.rank);
     MPI_Comm_size(comm_, &topo_.size);
     int provided = 0;
     MPI_Query_thread(&provided);
     threads_ = provided == MPI_THREAD_MULTIPLE;
-    compute_topology();
+    compute_topology(host_name(hostname));
   }
   ~MpiWorld() override {
     heartbeat_.reset();  // collective when healthy: every rank stops watching together
@@ -463,10 +461,9 @@ class MpiWorld : public World {
   }
 
  private:
-  void compute_topology() {
+  void compute_topology(std::string me) {
     // Hosts are told apart by name (not MPI_COMM_TYPE_SHARED) so a test can map ranks
     // of one machine onto several "hosts" and exercise the cross-host paths.
-    std::string me = host_name();
     me.resize(255, '\0');
     std::vector<char> all(static_cast<size_t>(topo_.size) * 255);
     check(MPI_Allgather(me.data(), 255, MPI_CHAR, all.data(), 255, MPI_CHAR, comm_),
@@ -494,7 +491,8 @@ class MpiWorld : public World {
 
 }  // namespace
 
-std::unique_ptr<World> make_mpi_world(long long fortran_comm, const std::vector<int>& ranks) {
+std::unique_ptr<World> make_mpi_world(long long fortran_comm, const std::vector<int>& ranks,
+                                      const std::string& hostname) {
   ensure_mpi_initialized();
   MPI_Comm base = fortran_comm < 0 ? MPI_COMM_WORLD : MPI_Comm_f2c(static_cast<MPI_Fint>(fortran_comm));
   MPI_Comm comm;
@@ -508,7 +506,7 @@ std::unique_ptr<World> make_mpi_world(long long fortran_comm, const std::vector<
       throw std::invalid_argument("init(comm=ranks): rank " + std::to_string(me) +
                                   " is not in the given rank list");
   }
-  return std::make_unique<MpiWorld>(comm);
+  return std::make_unique<MpiWorld>(comm, hostname);
 }
 
 bool mpi_built() { return true; }

@@ -4,7 +4,6 @@
 
 #include <mutex>
 
-#include "../common/env.h"
 
 namespace hvdl {
 namespace {
@@ -23,7 +22,7 @@ bool bind(void* lib, const char* symbol, Fn& fn, std::string& why) {
 }
 
 const NcclApi* load(std::string& why) {
-  std::string path = g_path.empty() ? env_str("NCCL_LIBRARY", "libnccl.so.2") : g_path;
+  std::string path = g_path.empty() ? std::string("libnccl.so.2") : g_path;
   // RTLD_LOCAL: NCCL's symbols must not interpose on a framework's own NCCL copy.
   void* lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!lib) {

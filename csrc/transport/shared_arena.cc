@@ -4,13 +4,13 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <new>
 #include <sstream>
 #include <stdexcept>
 
-#include "../common/env.h"
 #include "../common/logging.h"
 
 namespace hvdl {
@@ -22,12 +22,23 @@ size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
 
 namespace {
 std::string g_unavailable;  // why there is no arena, once that is known
+// Process-wide like the arena itself (its arrays outlive init() and shutdown()).
+std::atomic<size_t> g_reserve{64ull << 30};
+std::atomic<bool> g_made{false};
 }
+
+bool SharedArena::reserve_bytes(size_t bytes) {
+  g_reserve = bytes;
+  return g_made.load();
+}
+
+bool SharedArena::exists() { return g_made.load(); }
 
 SharedArena* SharedArena::get_if_any() {
   // Never destroyed: arrays may outlive main.
   static SharedArena* a = []() -> SharedArena* {
     try {
+      g_made = true;
       return new SharedArena();
     } catch (const std::exception& e) {
       g_unavailable = e.what();
@@ -45,8 +56,7 @@ SharedArena& SharedArena::get() {
 }
 
 SharedArena::SharedArena() {
-  capacity_ = round_up(
-      static_cast<size_t>(env_int("SHARED_ARENA_BYTES", static_cast<long long>(64ull << 30))), kHuge);
+  capacity_ = round_up(g_reserve.load(), kHuge);
   fd_ = memfd_create("horovodlite-arena", MFD_CLOEXEC);
   if (fd_ < 0 || ftruncate(fd_, static_cast<off_t>(capacity_)) != 0)
     throw std::runtime_error(std::string("horovodlite: cannot make the shared arena: ") +

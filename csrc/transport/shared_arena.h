@@ -29,10 +29,14 @@ inline int64_t offset_in(const char* base, size_t capacity, const void* p, size_
 
 class SharedArena {
  public:
-  // This process's arena, made on first use (HOROVODLITE_SHARED_ARENA_BYTES of address
-  // space, default 64 GiB), or null where it cannot be made (no memfd, an address-space
-  // limit); the first attempt's answer holds for the whole process.
+  // This process's arena, made on first use (reserve_bytes() of address space), or null
+  // where it cannot be made (no memfd, an address-space limit); the first attempt's
+  // answer holds for the whole process.
   static SharedArena* get_if_any();
+  // The address space the arena reserves when it is made (the SHARED_ARENA_BYTES
+  // setting, default 64 GiB); no effect once made. Returns whether making it was tried.
+  static bool reserve_bytes(size_t bytes);
+  static bool exists();  // whether making it was tried (get_if_any() was called)
   // The same, but throws std::runtime_error saying why there is none.
   static SharedArena& get();
 

@@ -17,7 +17,6 @@
 #include <stdexcept>
 #include <thread>
 
-#include "../common/env.h"
 #include "../common/logging.h"
 #include "peer_health.h"
 
@@ -97,12 +96,12 @@ bool ShmWindow::map(int fd, size_t total) {
   return true;
 }
 
-std::unique_ptr<ShmWindow> ShmWindow::create(Transport& g, size_t bytes_per_rank) {
+std::unique_ptr<ShmWindow> ShmWindow::create(Transport& g, size_t bytes_per_rank, bool named) {
   // Rank 0's settings hold for all, so ranks never disagree about the layout.
   std::string cfg;
   if (g.rank() == 0) {
     std::ostringstream os;
-    os << bytes_per_rank << ' ' << (env_str("SHM_MECHANISM") == "shm_open" ? 1 : 0);
+    os << bytes_per_rank << ' ' << (named ? 1 : 0);
     cfg = os.str();
   }
   g.broadcast(cfg, 0);

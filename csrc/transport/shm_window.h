@@ -33,7 +33,9 @@ class ShmWindow {
   // Collective over `group`, whose ranks must all run on this host. Every rank
   // gets `bytes_per_rank` (rank 0's value) of data that all ranks map. Returns
   // nullptr on every rank when any rank could not map the segment.
-  static std::unique_ptr<ShmWindow> create(Transport& group, size_t bytes_per_rank);
+  // `named`: use a named shm_open segment even where memfd works (rank 0's choice holds).
+  static std::unique_ptr<ShmWindow> create(Transport& group, size_t bytes_per_rank,
+                                           bool named = false);
   ~ShmWindow();  // marks this rank closed: a peer still waiting on it stops with an error
 
   ShmWindow(const ShmWindow&) = delete;

@@ -26,7 +26,6 @@
 #include <string>
 #include <vector>
 
-#include "../common/env.h"
 #include "../common/logging.h"
 
 namespace hvdl {
@@ -147,10 +146,9 @@ int connect_to(const std::string& addr, int port, uint64_t token, int me, int th
 
 class TcpTransport : public Transport {
  public:
-  TcpTransport(std::unique_ptr<Transport> base, std::vector<int> fds)
-      : base_(std::move(base)), peers_(fds.size()) {
+  TcpTransport(std::unique_ptr<Transport> base, std::vector<int> fds, double timeout_s)
+      : base_(std::move(base)), peers_(fds.size()), timeout_s_(timeout_s) {
     for (size_t i = 0; i < fds.size(); ++i) peers_[i].fd = fds[i];
-    timeout_s_ = env_double("TCP_TIMEOUT_SECONDS", 600);
   }
 
   ~TcpTransport() override {
@@ -331,7 +329,7 @@ class TcpTransport : public Transport {
   size_t pending_ = 0;
   std::vector<pollfd> fds_;
   std::vector<int> who_;
-  double timeout_s_ = 600;
+  double timeout_s_;
   std::chrono::steady_clock::time_point idle_since_ = std::chrono::steady_clock::now();
 };
 
@@ -343,21 +341,16 @@ struct Card {
 
 }  // namespace
 
-std::unique_ptr<Transport> make_tcp_transport(std::unique_ptr<Transport>& base, bool one_machine) {
+std::unique_ptr<Transport> make_tcp_transport(std::unique_ptr<Transport>& base, const TcpOptions& o) {
   Transport& t = *base;
   const int n = t.size(), me = t.rank();
   std::string why;
   std::vector<std::string> mine;
-  if (one_machine) {
+  if (o.one_machine) {
     mine = {"127.0.0.1"};
   } else {
-    std::string inc = env_str("TCP_IF_INCLUDE");
-    if (inc.empty()) {
-      const char* o = std::getenv("OMPI_MCA_btl_tcp_if_include");
-      if (o) inc = o;
-    }
-    mine = local_addresses(parse_include(inc));
-    if (mine.empty()) why = "no IPv4 address matches '" + inc + "'";
+    mine = local_addresses(parse_include(o.if_include));
+    if (mine.empty()) why = "no IPv4 address matches '" + o.if_include + "'";
   }
   // Listen on exactly the addresses offered (never on any other of this host).
   std::vector<int> listeners;
@@ -470,7 +463,7 @@ std::unique_ptr<Transport> make_tcp_transport(std::unique_ptr<Transport>& base, 
       setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &want, sizeof want);
     }
   }
-  return std::make_unique<TcpTransport>(std::move(base), std::move(fds));
+  return std::make_unique<TcpTransport>(std::move(base), std::move(fds), o.timeout_s);
 }
 
 }  // namespace hvdl

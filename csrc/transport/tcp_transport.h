@@ -11,17 +11,26 @@
 // of every link stay busy while the rank sleeps, and no core spins.
 #pragma once
 #include <memory>
+#include <string>
 
 #include "transport.h"
 
 namespace hvdl {
 
+struct TcpOptions {
+  // Pretend hosts (tests) all live on this machine: loopback then, no other address.
+  bool one_machine = false;
+  // CIDR networks or interface names, comma separated ("" = every non-loopback IPv4).
+  std::string if_include;
+  // A transfer that moves no byte for this long fails (the peer is gone).
+  double timeout_s = 600;
+};
+
 // Collective over `base`. Returns a transport of the same ranks whose isend/irecv use
 // TCP and whose other calls go to `base`; or nullptr on every rank alike (with `base`
 // untouched; the caller keeps it) when no connection could be made between some pair.
-// Addresses: HOROVODLITE_TCP_IF_INCLUDE, else OpenMPI's btl_tcp_if_include (CIDR
-// networks or interface names, comma separated), else every non-loopback IPv4 address
-// of this host; loopback when all ranks run on one machine (pretend hosts in tests).
-std::unique_ptr<Transport> make_tcp_transport(std::unique_ptr<Transport>& base, bool one_machine);
+// Addresses: those `o.if_include` names, else every non-loopback IPv4 address of this
+// host; loopback when all ranks run on one machine (pretend hosts in tests).
+std::unique_ptr<Transport> make_tcp_transport(std::unique_ptr<Transport>& base, const TcpOptions& o);
 
 }  // namespace hvdl

@@ -62,7 +62,10 @@ class World {
 // py2f() handle (duplicated, so the user's communicator is never used by us).
 // `ranks` non-empty restricts the world to those ranks of that communicator; a rank
 // outside it gets a std::invalid_argument.
-std::unique_ptr<World> make_mpi_world(long long fortran_comm, const std::vector<int>& ranks);
+// `hostname`: the host name this rank reports (empty: gethostname); tests pretend ranks
+// are on several hosts with it.
+std::unique_ptr<World> make_mpi_world(long long fortran_comm, const std::vector<int>& ranks,
+                                      const std::string& hostname = "");
 bool mpi_built();
 // True when the MPI library moves GPU memory itself (CUDA-aware); call after MPI_Init.
 bool mpi_cuda_aware();

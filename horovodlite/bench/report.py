@@ -13,13 +13,14 @@ def _fmt_time(t):
 
 
 def _plots(rows, impls, out_dir):
-    try:
-        import matplotlib
+    from .._optional import MissingDependency, require
 
+    try:
+        matplotlib = require("matplotlib", "the report's plots")
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
-    except ImportError:
-        return {}, "matplotlib is not installed: no plots (pip install matplotlib)"
+    except MissingDependency as e:
+        return {}, f"no plots: {e}"
     made = {}
     colls = [c for c in ORDER if any(r["coll"] == c for r in rows)]
     for coll in colls:

@@ -19,38 +19,35 @@ import threading
 import time
 
 from . import world
+from .. import settings
 
 Update = collections.namedtuple("Update", "hosts skip_sync")
 
 
-def _env_int(name, default):
-    v = os.environ.get(name, "")
-    return int(v) if v.strip() else default
-
-
-def _env_float(name, default):
-    v = os.environ.get(name, "")
-    return float(v) if v.strip() else default
+def _setting(name):
+    # Read when needed: the launcher sets them for the job, and a spawned worker's
+    # environment is the launcher's, so every rank reads the same values.
+    return settings.value("ELASTIC_" + name)
 
 
 def discovery_script():
-    return os.environ.get("HOROVODLITE_ELASTIC_DISCOVERY") or None
+    return _setting("DISCOVERY") or None
 
 
 def min_np():
-    return _env_int("HOROVODLITE_ELASTIC_MIN_NP", 1)
+    return _setting("MIN_NP")
 
 
 def max_np():
-    return _env_int("HOROVODLITE_ELASTIC_MAX_NP", 0) or None
+    return _setting("MAX_NP") or None
 
 
 def reset_limit():
-    return _env_int("HOROVODLITE_ELASTIC_RESET_LIMIT", 0) or None
+    return _setting("RESET_LIMIT") or None
 
 
 def elastic_timeout():
-    return _env_float("HOROVODLITE_ELASTIC_TIMEOUT", 600.0)
+    return _setting("TIMEOUT")
 
 
 def parse_hosts(text, canonical=True):
@@ -117,14 +114,14 @@ def _discover(wait=0.0):
     if script is None:
         return None
     if _discovery["d"] is None:
-        _discovery["d"] = _Discovery(script, _env_float("HOROVODLITE_ELASTIC_DISCOVERY_INTERVAL", 1.0))
+        _discovery["d"] = _Discovery(script, _setting("DISCOVERY_INTERVAL"))
         wait = max(wait, 30.0)  # the first answer
     return _discovery["d"].latest(wait)
 
 
 def note_lost(hosts):
     """Counted on every rank alike (the list comes from an allgather)."""
-    limit = _env_int("HOROVODLITE_ELASTIC_HOST_FAILURES", 3)
+    limit = _setting("HOST_FAILURES")
     for h in hosts:
         _failures[h] += 1
         if _failures[h] >= limit:
@@ -132,7 +129,7 @@ def note_lost(hosts):
 
 
 def set_aside(host):
-    _set_aside[host] = time.monotonic() + _env_float("HOROVODLITE_ELASTIC_COOLDOWN_SECONDS", 60.0)
+    _set_aside[host] = time.monotonic() + _setting("COOLDOWN_SECONDS")
     _failures[host] = 0
 
 

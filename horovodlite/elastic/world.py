@@ -51,7 +51,9 @@ def _finalize():
 
 def enabled():
     """Launched by `horovodlite-run --elastic` (or told so)."""
-    return os.environ.get("HOROVODLITE_ELASTIC", "") not in ("", "0")
+    from .. import settings
+
+    return bool(settings.value("ELASTIC"))
 
 
 def default_comm():
@@ -219,8 +221,9 @@ def host_name():
     """This process's host, as the engine names it (HOSTNAME_OVERRIDE lets tests pretend)."""
     import socket
 
-    return (os.environ.get("HOROVODLITE_HOSTNAME_OVERRIDE") or os.environ.get("HOROVOD_HOSTNAME_OVERRIDE")
-            or socket.gethostname())
+    from .. import settings
+
+    return settings.value("HOSTNAME_OVERRIDE") or socket.gethostname()
 
 
 def running_hosts():

@@ -31,6 +31,9 @@
 namespace hvdl {
 namespace {
 
+// 16 floats per segment: blocks of a few dozen elements take several segments.
+constexpr size_t kSegmentBytes = 64;
+
 struct Hub {
   explicit Hub(int n) : n(n) {}
   int n;
@@ -159,7 +162,7 @@ void test_reduce_scatter(int n, const std::vector<size_t>& sizes, int shift, boo
     std::vector<float> own_buf(blocks.count[own] + 1, 77.0f);
     const bool separate = !in_place && (sizes.size() + shift) % 2 == 0;
     ring_reduce_scatter(t, cpu_reducer(), in.data(), dst, blocks, DataType::FLOAT32, ReduceOp::SUM,
-                        shift, scratch, 0, separate ? own_buf.data() : nullptr);
+                        shift, scratch, kSegmentBytes, separate ? own_buf.data() : nullptr);
     if (!in_place) CHECK(in == orig, "n=%d: out-of-place reduce-scatter modified its input", n);
     CHECK(own_buf.back() == 77.0f, "n=%d: wrote past the separate own block", n);
     auto res = [&](size_t i) {
@@ -183,7 +186,10 @@ void test_allreduce(int n, size_t count) {
     std::vector<float> buf(count);
     for (size_t i = 0; i < count; ++i) buf[i] = val(t.rank(), i);
     HostBuffer scratch;
-    ring_allreduce(t, cpu_reducer(), buf.data(), count, DataType::FLOAT32, ReduceOp::SUM, 1.0, scratch);
+    RingOptions opts;
+    opts.segment_bytes = kSegmentBytes;
+    ring_allreduce(t, cpu_reducer(), buf.data(), count, DataType::FLOAT32, ReduceOp::SUM, 1.0, scratch,
+                   opts);
     results[t.rank()] = buf;
   });
   for (size_t i = 0; i < count; ++i) {
@@ -303,9 +309,7 @@ void test_output_pool() {
 
 int main() {
   using namespace hvdl;
-  // 16 floats per segment: blocks of a few dozen elements take several segments.
-  setenv("HOROVODLITE_RING_SEGMENT_BYTES", "64", 1);
-  setenv("HOROVODLITE_OUTPUT_CACHE_BYTES", "4194304", 1);
+  OutputPool::get().set_limit(4u << 20);
   test_output_pool();
   std::mt19937 rng(7);
   for (int n = 1; n <= 8; ++n) {

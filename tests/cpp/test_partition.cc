@@ -199,6 +199,9 @@ class TestReducer : public Reducer {
 int64_t int_value(int r, size_t i) { return static_cast<int64_t>((r + 1) * 1000003 + i * 7); }
 float float_value(int r, size_t i) { return 1.0f / static_cast<float>(3 + r * 131 + i % 977); }
 
+// The ring's pipelining segment under test (argv[1]; default: the ring's own).
+size_t g_segment_bytes = kDefaultRingSegmentBytes;
+
 void run_ring(int n, size_t count, double postscale) {
   Fabric fabric(n);
   TestReducer red;
@@ -214,10 +217,12 @@ void run_ring(int n, size_t count, double postscale) {
       try {
         ThreadTransport t(fabric, r);
         HostBuffer scratch;
+        RingOptions seg;
+        seg.segment_bytes = g_segment_bytes;
         ring_allreduce(t, red, ints[r].data(), count, DataType::INT64, ReduceOp::SUM, postscale,
-                       scratch);
+                       scratch, seg);
         // out of place: the input is only read, the output starts as garbage
-        RingOptions oop;
+        RingOptions oop = seg;
         oop.input = floats[r].data();
         ring_allreduce(t, red, float_out[r].data(), count, DataType::FLOAT32, ReduceOp::SUM, 1.0,
                        scratch, oop);
@@ -271,7 +276,7 @@ void run_reduce_scatter(int n, size_t count, int shift) {
         ThreadTransport t(fabric, r);
         HostBuffer scratch;
         ring_reduce_scatter(t, red, src[r].data(), dst[r].data(), blocks, DataType::INT64,
-                            ReduceOp::SUM, shift, scratch);
+                            ReduceOp::SUM, shift, scratch, g_segment_bytes);
         t.wait_all();
       } catch (const std::exception& e) {
         errors[r] = e.what();
@@ -335,13 +340,14 @@ void run_allgather(int n, const std::vector<size_t>& sizes, int shift) {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
   test_blocks();
-  // Segment size is read once from the environment; the pytest wrapper also runs
-  // this binary with a tiny one. Counts cover < N, = N, just over multiples of N,
-  // and several segments per block.
-  const size_t seg_elems = ring_segment_bytes() / 8;
-  std::printf("segment bytes %zu\n", ring_segment_bytes());
+  // Segment size: argv[1] (the pytest wrapper runs this binary with tiny ones) or the
+  // ring's default. Counts cover < N, = N, just over multiples of N, and several
+  // segments per block.
+  if (argc > 1) g_segment_bytes = static_cast<size_t>(std::strtoull(argv[1], nullptr, 10));
+  const size_t seg_elems = g_segment_bytes / 8;
+  std::printf("segment bytes %zu\n", g_segment_bytes);
   std::vector<size_t> counts = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 13, 31, 64, 100, 257};
   for (size_t k : {size_t(1), size_t(2), size_t(3)})
     for (int n = 2; n <= 7; ++n) counts.push_back(k * seg_elems * n + (k % n));
@@ -354,7 +360,7 @@ int main() {
     for (int shift : {0, 1}) {
       std::vector<size_t> uneven, with_empty;
       for (int i = 0; i < n; ++i) {
-        uneven.push_back(static_cast<size_t>(i * 3 + 1) * ring_segment_bytes() / 2 + i);
+        uneven.push_back(static_cast<size_t>(i * 3 + 1) * g_segment_bytes / 2 + i);
         with_empty.push_back(i % 2 ? 0 : static_cast<size_t>(i + 1) * 100);
       }
       run_allgather(n, uneven, shift);

@@ -590,8 +590,8 @@ void test_errors_and_dispatch(const char* self) {
   check(std::memcmp(a.data(), c.data(), a.size() * 4) == 0, "reduce_into uses the active set");
 
 #if defined(__unix__) || defined(__APPLE__)
-  // HOROVODLITE_REDUCE_ISA is read once per process (and this one has already chosen),
-  // so re-run this binary with --print-isa under each setting.
+  // A fresh process per choice (this one has already used the kernels): re-run this
+  // binary with --print-isa NAME, which selects NAME as init() does for REDUCE_ISA.
   auto child_isa = [self](const char* env) -> std::string {
     int fds[2];
     if (pipe(fds) != 0) return "pipe failed";
@@ -599,8 +599,7 @@ void test_errors_and_dispatch(const char* self) {
     if (pid == 0) {
       close(fds[0]);
       if (dup2(fds[1], 1) < 0 || !std::freopen("/dev/null", "w", stderr)) _exit(2);
-      setenv("HOROVODLITE_REDUCE_ISA", env, 1);
-      execl(self, self, "--print-isa", static_cast<char*>(nullptr));
+      execl(self, self, "--print-isa", env, static_cast<char*>(nullptr));
       _exit(3);
     }
     close(fds[1]);
@@ -624,11 +623,13 @@ void test_errors_and_dispatch(const char* self) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc > 1 && std::strcmp(argv[1], "--print-isa") == 0) {  // child mode, see above
+  if (argc > 2 && std::strcmp(argv[1], "--print-isa") == 0) {  // child mode, see above
+    select_reduce_isa(argv[2]);
     std::fputs(reduce_isa(), stdout);
     return 0;
   }
-  const char* env = std::getenv("HOROVODLITE_REDUCE_ISA");
+  const char* env = std::getenv("HOROVODLITE_REDUCE_ISA");  // as init() would pass it
+  if (env) select_reduce_isa(env);
   std::printf("active kernel set: %s (HOROVODLITE_REDUCE_ISA=%s); sets run here:", reduce_isa(),
               env ? env : "");
   for (const char* isa : kIsas)

@@ -68,14 +68,14 @@ class BroadcastOp : public CollectiveOp {
     if (group.size() == 1) {
       root_copy(0);
       PhaseScope p(ctx.phases, "BROADCAST");
-      broadcast_bytes(t, dst[0], layout.bytes(0), root);
+      broadcast_bytes(t, dst[0], layout.bytes(0), root, ctx.broadcast);
     } else {
       PhaseScope p(ctx.phases, "BROADCAST_FUSED");
       char* fb = ctx.fusion.reserve(layout.total_bytes());
       if (is_root)
         for (size_t k = 0; k < group.size(); ++k)
           if (layout.bytes(k)) std::memcpy(fb + layout.offset(k), entries[k]->input, layout.bytes(k));
-      broadcast_bytes(t, fb, layout.total_bytes(), root);
+      broadcast_bytes(t, fb, layout.total_bytes(), root, ctx.broadcast);
       for (size_t k = 0; k < group.size(); ++k) {
         if (is_root) root_copy(k);
         else if (layout.bytes(k)) std::memcpy(dst[k], fb + layout.offset(k), layout.bytes(k));
