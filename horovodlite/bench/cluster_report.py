@@ -4,6 +4,7 @@ import json
 import os
 
 from .. import sim
+from . import plotting
 from ..run.local_cluster import parse_rate
 from .workloads import human
 
@@ -145,17 +146,11 @@ def _plots(out_dir, cl, impls, sizes, by, n):
             ax.plot(sizes, [sim.predict(model, cl, s) * 1e3 for s in sizes], "--",
                     color=line.get_color(), lw=1, label=f"model: {model}")
     ax.plot(sizes, [sim.link_bound(cl, s) * 1e3 for s in sizes], ":", color="k", label="link bound")
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("message size (bytes)")
-    ax.set_ylabel("time per allreduce (ms)")
-    ax.set_title(f"{cl.hosts} hosts x {cl.local}: measured (solid) and modelled (dashed)")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(os.path.join(out_dir, "time.png"), dpi=110)
-    plt.close(fig)
-    made.append(("Time per allreduce, measured and modelled", "time.png"))
+    made.append(("Time per allreduce, measured and modelled", plotting.save(
+        fig, ax, os.path.join(out_dir, "time.png"), "message size (bytes)",
+        "time per allreduce (ms)",
+        f"{cl.hosts} hosts x {cl.local}: measured (solid) and modelled (dashed)", logy=True,
+        legend_size=7)))
 
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
     for impl in impls:
@@ -164,16 +159,9 @@ def _plots(out_dir, cl, impls, sizes, by, n):
     bw = cl.link_rate * n / cl.hosts / (cl.hosts - 1) * (n - 1) / n / 1e9 if cl.hosts > 1 else None
     if bw:
         ax.axhline(bw, color="k", ls=":", label="link bound")
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("message size (bytes)")
-    ax.set_ylabel("busbw (GB/s)")
-    ax.set_title("bus bandwidth")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(os.path.join(out_dir, "busbw.png"), dpi=110)
-    plt.close(fig)
-    made.append(("Bus bandwidth", "busbw.png"))
+    made.append(("Bus bandwidth", plotting.save(
+        fig, ax, os.path.join(out_dir, "busbw.png"), "message size (bytes)", "busbw (GB/s)",
+        "bus bandwidth", legend_size=7)))
 
     # Traffic per rank as the number of workers grows (one worker per host), model.
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
@@ -187,13 +175,8 @@ def _plots(out_dir, cl, impls, sizes, by, n):
             t = sim.traffic(algo, c, S)
             ys.append(max(a + b for a, b in t.values()))
         ax.plot(ns, ys, label=label)
-    ax.set_xlabel("workers N (one per host)")
-    ax.set_ylabel("bytes sent + received per allreduce / S")
-    ax.set_title("Traffic of the busiest rank as N grows (model)")
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(os.path.join(out_dir, "traffic.png"), dpi=110)
-    plt.close(fig)
-    made.append(("Traffic per rank as N grows", "traffic.png"))
+    made.append(("Traffic per rank as N grows", plotting.save(
+        fig, ax, os.path.join(out_dir, "traffic.png"), "workers N (one per host)",
+        "bytes sent + received per allreduce / S",
+        "Traffic of the busiest rank as N grows (model)", sizes=False)))
     return made

@@ -1,6 +1,7 @@
 """Writes the markdown report and its PNG plots (matplotlib, when installed)."""
 import os
 
+from . import plotting
 from .workloads import human
 
 ORDER = ("allreduce", "allgather", "broadcast", "reducescatter", "alltoall")
@@ -31,18 +32,10 @@ def _plots(rows, impls, out_dir):
             if pts:
                 style = "--" if impl.startswith("memcpy") else "-"
                 ax.plot([p[0] for p in pts], [p[1] for p in pts], style, marker="o", ms=3, label=impl)
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")  # memcpy in cache is 10x the rest
-        ax.set_xlabel("message size (bytes)")
-        ax.set_ylabel("busbw (GB/s)")
-        ax.set_title(f"{coll}: bus bandwidth vs size")
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        name = f"{coll}_busbw.png"
-        fig.savefig(os.path.join(out_dir, name), dpi=110)
-        plt.close(fig)
-        made[coll] = name
+        # log y: memcpy in cache is 10x the rest
+        made[coll] = plotting.save(fig, ax, os.path.join(out_dir, f"{coll}_busbw.png"),
+                                   "message size (bytes)", "busbw (GB/s)",
+                                   f"{coll}: bus bandwidth vs size", logy=True)
     small = [r for r in rows if r["coll"] == "allreduce" and r["bytes"] <= 65536
              and not r["impl"].startswith("memcpy")]
     if small:
@@ -51,17 +44,9 @@ def _plots(rows, impls, out_dir):
             pts = sorted((r["bytes"], r["time"] * 1e6) for r in small if r["impl"] == impl)
             if pts:
                 ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", ms=3, label=impl)
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xlabel("message size (bytes)")
-        ax.set_ylabel("time per allreduce (µs)")
-        ax.set_title("allreduce latency, small messages")
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(os.path.join(out_dir, "allreduce_latency.png"), dpi=110)
-        plt.close(fig)
-        made["latency"] = "allreduce_latency.png"
+        made["latency"] = plotting.save(fig, ax, os.path.join(out_dir, "allreduce_latency.png"),
+                                        "message size (bytes)", "time per allreduce (µs)",
+                                        "allreduce latency, small messages", logy=True)
     rn = sorted((r["time"], r["impl"]) for r in rows if r["coll"] == "resnet50")
     if rn:
         fig, ax = plt.subplots(figsize=(7, 0.5 + 0.45 * len(rn)))

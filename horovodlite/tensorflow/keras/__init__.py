@@ -46,18 +46,14 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     if int(backward_passes_per_step) < 1:
         raise ValueError(f"horovodlite: backward_passes_per_step must be >= 1, "
                          f"got {backward_passes_per_step}")
-    if _km.is_keras3_optimizer(optimizer):
-        return _optimizer_keras3.DistributedOptimizer(
-            optimizer, name=name, compression=compression, sparse_as_dense=sparse_as_dense,
-            gradient_predivide_factor=gradient_predivide_factor, op=op,
-            backward_passes_per_step=backward_passes_per_step,
-            average_aggregated_gradients=average_aggregated_gradients, num_groups=num_groups,
-            groups=groups, process_set=process_set, scale_local_gradients=scale_local_gradients)
-    if _km.is_keras2_optimizer(optimizer):
-        settings = _gradients.ReduceSettings(compression, sparse_as_dense, op,
-                                             gradient_predivide_factor, num_groups, groups,
-                                             process_set, scale_local_gradients)
-        return _optimizer_keras2.DistributedOptimizer(
+    family = (_optimizer_keras3 if _km.is_keras3_optimizer(optimizer) else
+              _optimizer_keras2 if _km.is_keras2_optimizer(optimizer) else None)
+    if family is not None:
+        settings = _gradients.ReduceSettings(
+            Compression.none if compression is None else compression, sparse_as_dense,
+            Average if op is None else op, gradient_predivide_factor, num_groups, groups,
+            global_process_set if process_set is None else process_set, scale_local_gradients)
+        return family.DistributedOptimizer(
             optimizer, settings, name=name, backward_passes_per_step=backward_passes_per_step,
             average_aggregated_gradients=average_aggregated_gradients)
     raise TypeError(f"horovodlite: DistributedOptimizer wraps Keras optimizers (Keras 3, or "

@@ -5,12 +5,7 @@ optimizer class applies them."""
 import tensorflow as tf
 
 from .. import gradients
-
-
-def register_local_var(self, var):
-    """Marks `var` worker-local (model parallelism): its gradient is applied without being
-    reduced (divided by the set size when scale_local_gradients, as in Horovod)."""
-    self._hvdl_settings.register_local(var)
+from .wrapping import instantiate, register_local_var
 
 
 def _distributed_class(base):
@@ -87,32 +82,13 @@ def _distributed_class(base):
     return cls
 
 
-def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="",
-                         compression=None, sparse_as_dense=False, gradient_predivide_factor=1.0,
-                         op=None, backward_passes_per_step=1, average_aggregated_gradients=False,
-                         num_groups=0, groups=None, process_set=None, scale_local_gradients=True):
+def DistributedOptimizer(optimizer, settings, name=None, backward_passes_per_step=1,
+                         average_aggregated_gradients=False):
     """An instance of `optimizer`'s class (same config, fresh state) that reduces
-    gradients across ranks before applying them.
+    gradients across ranks (as `settings`, a gradients.ReduceSettings, says) before
+    applying them.
 
     backward_passes_per_step = n: gradients are summed locally and reduced every n-th
-    apply (averaged over the n passes if average_aggregated_gradients). Other arguments
-    as in DistributedGradientTape."""
-    from ...basics import Average
-    from ...process_sets import global_process_set
-    from ..compression import Compression
-
-    if int(backward_passes_per_step) < 1:
-        raise ValueError(f"horovodlite: backward_passes_per_step must be >= 1, "
-                         f"got {backward_passes_per_step}")
-    settings = gradients.ReduceSettings(
-        Compression.none if compression is None else compression, sparse_as_dense,
-        Average if op is None else op, gradient_predivide_factor, num_groups, groups,
-        global_process_set if process_set is None else process_set, scale_local_gradients)
-    config = optimizer.get_config()
-    if name is not None:
-        config["name"] = name
-    new = _distributed_class(optimizer.__class__).from_config(config)
-    new._hvdl_settings = settings
-    new._hvdl_passes = int(backward_passes_per_step)
-    new._hvdl_average_aggregated = bool(average_aggregated_gradients)
-    return new
+    apply (averaged over the n passes if average_aggregated_gradients)."""
+    return instantiate(_distributed_class, optimizer, settings, name, backward_passes_per_step,
+                       average_aggregated_gradients)

@@ -7,12 +7,7 @@ inside a tf.cond (gradient aggregation) is safe."""
 import tensorflow as tf
 
 from .. import gradients
-
-
-def register_local_var(self, var):
-    """Marks `var` worker-local (model parallelism): its gradient is applied without being
-    reduced (divided by the set size when scale_local_gradients, as in Horovod)."""
-    self._hvdl_settings.register_local(var)
+from .wrapping import instantiate, register_local_var
 
 
 class _Aggregation:
@@ -99,12 +94,7 @@ def DistributedOptimizer(optimizer, settings, name=None, backward_passes_per_ste
                          average_aggregated_gradients=False):
     """An instance of `optimizer`'s class (same config, fresh state) that reduces
     gradients across ranks before applying them."""
-    config = optimizer.get_config()
-    if name is not None:
-        config["name"] = name
-    new = _distributed_class(optimizer.__class__).from_config(config)
-    new._hvdl_settings = settings
-    new._hvdl_passes = int(backward_passes_per_step)
-    new._hvdl_average_aggregated = bool(average_aggregated_gradients)
+    new = instantiate(_distributed_class, optimizer, settings, name, backward_passes_per_step,
+                      average_aggregated_gradients)
     new._hvdl_agg = _Aggregation()
     return new
