@@ -11,7 +11,7 @@ std::atomic<int> g_process_gpu{-1};
 
 Device& DeviceSet::get(int ordinal) {
   if (ordinal < 0) {
-    if (!cpu_) cpu_ = make_cpu_device(t_);
+    if (!cpu_) cpu_ = make_cpu_device(t_, host_);
     return *cpu_;
   }
   auto it = gpus_.find(ordinal);

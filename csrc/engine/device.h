@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "../collectives/allreduce_paths.h"
 #include "../collectives/reducer.h"
 #include "../common/buffer.h"
 #include "../transport/device_collectives.h"
@@ -39,6 +40,8 @@ class Device {
   // A library that runs whole collectives on this memory (NCCL), or null: then ops run
   // the algorithms of collectives/ over transport().
   virtual DeviceCollectives* collectives() { return nullptr; }
+  // The process set's allreduce paths on this memory, and the choice among them.
+  virtual AllreducePaths& allreduce() = 0;
 
   // All asynchronous on a GPU, in order with the reducer and the transport.
   virtual void copy(void* dst, const void* src, size_t bytes) = 0;
@@ -54,7 +57,8 @@ class Device {
   virtual void end() {}
 };
 
-std::unique_ptr<Device> make_cpu_device(Transport& t);
+// `host`: the process set's host paths (allreduce_setup.h); they outlive the device.
+std::unique_ptr<Device> make_cpu_device(Transport& t, AllreducePaths& host);
 
 // How GPU collectives run (the GPU_OPERATIONS and GPU_STAGING_SEGMENT_BYTES settings).
 struct GpuOptions {
@@ -70,7 +74,9 @@ std::unique_ptr<Device> make_cuda_device(int ordinal, Transport& t, const GpuOpt
 // The devices one process set has used, created on first use.
 class DeviceSet {
  public:
-  DeviceSet(Transport& t, GpuOptions gpu) : t_(t), gpu_(std::move(gpu)) {}
+  // `host`: the set's allreduce paths on host memory; they outlive the set.
+  DeviceSet(Transport& t, GpuOptions gpu, AllreducePaths& host)
+      : t_(t), gpu_(std::move(gpu)), host_(host) {}
   // -1: host. A GPU is set up on its first use, collectively (see make_cuda_device).
   Device& get(int ordinal);
   void clear() { gpus_.clear(); cpu_.reset(); }
@@ -78,6 +84,7 @@ class DeviceSet {
  private:
   Transport& t_;
   GpuOptions gpu_;
+  AllreducePaths& host_;
   std::unique_ptr<Device> cpu_;
   std::map<int, std::unique_ptr<Device>> gpus_;
 };

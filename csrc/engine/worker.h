@@ -15,7 +15,7 @@
 #include "../common/settings.h"
 #include "../transport/transport.h"
 #include "autotune.h"
-#include "allreduce_algorithm.h"
+#include "allreduce_setup.h"
 #include "controller.h"
 #include "parameters.h"
 #include "device.h"
@@ -61,7 +61,7 @@ class Worker {
     return shown_;
   }
   int id() const { return id_; }
-  const char* allreduce_algorithm() const { return allreduce_ ? allreduce_->name() : "ring"; }
+  const char* allreduce_algorithm() const { return allreduce_->name().c_str(); }
   void stop();
   // What this set's engine runs with, as name -> value (Engine::report()).
   std::map<std::string, std::string> report() const;
@@ -83,8 +83,10 @@ class Worker {
   int id_;
   TensorQueue queue_;
   Controller controller_;
+  // The allreduce paths on host memory (the GPU's are its device's). Before devices_,
+  // whose host device runs them.
+  std::unique_ptr<AllreducePaths> allreduce_;
   DeviceSet devices_;  // host memory and the GPU this process uses, with their buffers
-  std::unique_ptr<AllreduceAlgorithm> allreduce_;  // null: the flat ring
   WorkerStats stats_;
   uint64_t round_ = 1;
   bool running_ = true;
