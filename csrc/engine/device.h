@@ -6,6 +6,7 @@
 //                               and NCCL or MPI through a staging/stream-synced transport.
 // No CUDA types cross this header: events and streams are void*.
 #pragma once
+#include <atomic>
 #include <map>
 #include <memory>
 #include <string>
@@ -95,10 +96,8 @@ bool gpu_runtime_available();  // a driver and a device; false without CUDA
 // An event recorded now on `stream` (a cudaStream_t of `device`): the engine's stream
 // waits for it before reading the tensor. Destroyed with the last owner.
 std::shared_ptr<void> record_ready_event(int device, void* stream);
-// This process's GPU, fixed by its first GPU tensor (one GPU per process, as in
-// Horovod); -1 before. A rank that has joined uses it for the identity it contributes.
-int process_gpu();
-// Fixes the process's GPU or throws std::invalid_argument when it differs.
-void claim_process_gpu(int ordinal, const std::string& tensor_name);
+// Fixes the rank's GPU in `slot` (EngineState::process_gpu, -1 while none) or throws
+// std::invalid_argument when it differs.
+void claim_process_gpu(std::atomic<int>& slot, int ordinal, const std::string& tensor_name);
 
 }  // namespace hvdl

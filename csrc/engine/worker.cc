@@ -28,9 +28,10 @@ static size_t payload_bytes(const Response& r) {
   return tensor_bytes(r.shape, r.dtype);
 }
 
-Worker::Worker(std::unique_ptr<Transport> t, EngineParams p, int id,
+Worker::Worker(std::unique_ptr<Transport> t, EngineParams p, int id, EngineState& state,
                const std::vector<int>& host_of_member)
     : transport_(std::move(t)),
+      state_(state),
       params_(p),
       id_(id),
       controller_(*transport_, p.cache_capacity, p.stall_warn_s, p.stall_fail_s),
@@ -141,7 +142,7 @@ void Worker::loop() {
     try {
       wait_for_round();
       bool want_shutdown = queue_.shutdown_requested();
-      Timeline* tl = records_timeline_ ? Timeline::get().recording() : nullptr;
+      Timeline* tl = records_timeline_ ? state_.timeline.recording() : nullptr;
       if (tl && tl->mark_cycles()) tl->cycle_start(Clock::now());
       bool arriving = false;
       auto fresh = queue_.take_fresh(&arriving);
@@ -195,11 +196,12 @@ void Worker::loop() {
 
 // This rank's device for a group: its own tensors' (all on one device per process), or
 // for a rank that has joined, the GPU it uses elsewhere (the response names rank 0's).
-static int local_device(const Response& head, const std::vector<TensorEntry*>& entries) {
+static int local_device(const Response& head, const std::vector<TensorEntry*>& entries,
+                        int process_gpu) {
   for (auto* e : entries)
     if (e) return e->req.device;
   if (head.device < 0) return -1;
-  return process_gpu() >= 0 ? process_gpu() : head.device;
+  return process_gpu >= 0 ? process_gpu : head.device;
 }
 
 void Worker::apply(const Tunables& t) {
@@ -253,7 +255,7 @@ uint64_t Worker::execute(const std::vector<Response>& responses, Timeline* tl,
     } else {
       Device* dev = nullptr;
       try {
-        dev = &devices_.get(local_device(head, entries));
+        dev = &devices_.get(local_device(head, entries, state_.process_gpu.load()));
         ExecContext ctx{dev->transport(), dev->reducer(), dev->fusion(), dev->scratch(),
                         params_.fusion_threshold, *dev};
         ctx.segment_bytes = params_.segment_bytes;
