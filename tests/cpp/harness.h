@@ -11,7 +11,8 @@
 //
 // The transport is complete (data plane, control plane, wake-ups, split, groups), so
 // the engine, its negotiation, fusion and every host path (ring, shared memory,
-// hierarchical) run over it unchanged. Faults: kill(r) makes every transfer to, from
+// hierarchical) run over it unchanged; on_ranks(n, fn) gives the algorithms alone a
+// transport per thread-rank. Faults: kill(r) makes every transfer to, from
 // or by world rank r fail on every rank at once (a peer that died); freeze(r) stops
 // rank r inside its next transport call until thaw(r) (a peer that hangs).
 #pragma once
@@ -171,6 +172,7 @@ class ThreadTransport final : public Transport {
   int size() const override { return static_cast<int>(f_->members.size()); }
 
   Op isend(int peer, const void* buf, size_t bytes) override {
+    check_peer(peer);
     std::unique_lock<std::mutex> l(s_->mu);
     gate(l, peer);
     const char* p = static_cast<const char*>(buf);
@@ -180,6 +182,7 @@ class ThreadTransport final : public Transport {
     return static_cast<Op>(ops_.size() - 1);
   }
   Op irecv(int peer, void* buf, size_t bytes) override {
+    check_peer(peer);
     std::unique_lock<std::mutex> l(s_->mu);
     gate(l, peer);
     ops_.push_back({peer, static_cast<char*>(buf), bytes, false});
@@ -293,6 +296,18 @@ class ThreadTransport final : public Transport {
   }
   uint64_t poll_ring() override { return f_->rung[rank_].exchange(0); }
 
+  // Everything sent to this rank was received: no stray message is left for a later
+  // collective (a sender and receiver that cut a transfer differently leave one).
+  bool drained() {
+    std::lock_guard<std::mutex> l(s_->mu);
+    for (int p = 0; p < size(); ++p)
+      for (int chan : {kData, kControl}) {
+        auto it = f_->box.find({p, rank_, chan});
+        if (it != f_->box.end() && !it->second.empty()) return false;
+      }
+    return true;
+  }
+
  private:
   enum Channel { kData = 0, kControl = 1 };
   struct RecvOp {
@@ -302,6 +317,11 @@ class ThreadTransport final : public Transport {
     bool done;
   };
   int world_of(int p) const { return f_->members.at(p); }
+  void check_peer(int p) const {
+    if (p < 0 || p >= size() || p == rank_)
+      throw std::logic_error("thread transport: rank " + std::to_string(rank_) + " addressed peer " +
+                             std::to_string(p) + " of " + std::to_string(size()));
+  }
   // Every call: a frozen rank stops here; a dead rank (or a call to a dead peer) fails.
   void gate(std::unique_lock<std::mutex>& l, int peer) {
     const int me = world_of(rank_);
@@ -369,6 +389,41 @@ class ThreadWorld final : public World {
 
 inline std::unique_ptr<World> ThreadWorldState::world(int rank) {
   return std::make_unique<ThreadWorld>(shared_from_this(), rank);
+}
+
+// For the algorithms alone: body(transport) on n ranks of one group as threads, then a
+// check that every message sent was received. A rank still running after `timeout_s`
+// waits for a message that is never sent (a protocol bug): every rank is then killed,
+// so each waiting one fails instead of hanging.
+inline void on_ranks(int n, const std::function<void(Transport&)>& body, double timeout_s = 60) {
+  auto state = ThreadWorldState::make(n);
+  std::vector<int> all(n);
+  std::iota(all.begin(), all.end(), 0);
+  std::vector<std::unique_ptr<Transport>> ts;
+  for (int r = 0; r < n; ++r) ts.push_back(state->world(r)->create_group(all));
+  std::atomic<int> done{0};
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        body(*ts[r]);
+      } catch (const std::exception& e) {
+        ++failures();
+        std::fprintf(stderr, "FAIL n=%d: rank %d threw: %s\n", n, r, e.what());
+      }
+      ++done;
+    });
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  while (done < n && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  const bool stuck = done < n;
+  CHECK(!stuck, "n=%d: %d rank(s) still waiting after %g s", n, n - done.load(), timeout_s);
+  if (stuck)
+    for (int r = 0; r < n; ++r) state->kill(r);
+  for (auto& t : threads) t.join();
+  if (stuck) return;
+  for (int r = 0; r < n; ++r)
+    CHECK(static_cast<ThreadTransport&>(*ts[r]).drained(), "n=%d: messages left for rank %d", n, r);
 }
 
 }  // namespace test
