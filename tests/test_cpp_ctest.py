@@ -1,6 +1,8 @@
-"""The C++ tests CMake builds as ctest targets (tests/cpp/CMakeLists.txt): among them
-the whole engine with ranks as threads over tests/cpp/harness.h (negotiation, fusion,
-every host allreduce path, a peer that dies, one that freezes). Built once per session
+"""The C++ tests CMake builds as ctest targets (tests/cpp/CMakeLists.txt), all on the
+one harness (tests/cpp/harness.h): among them the whole engine with ranks as threads
+(negotiation, fusion, every host allreduce path, a peer that dies, one that freezes),
+the collective algorithms alone, the ring's partitioning, the reduce kernels, the path
+tuner and the negotiation round. Built once per session
 in a temporary directory, without Python, MPI or CUDA."""
 import shutil
 import subprocess
@@ -31,4 +33,7 @@ def test_ctest_targets_pass(ctest_build):
                            "--timeout", "600"], capture_output=True, text=True, timeout=1300)
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
     assert "100% tests passed" in proc.stdout, proc.stdout[-3000:]
-    assert "engine_threads" in proc.stdout
+    # Every target ran (a renamed or dropped one would otherwise pass unnoticed).
+    for target in ("engine_threads", "collectives", "partition_seg4096", "partition_seg200",
+                   "path_tuner", "reduce", "controller"):
+        assert f" {target} " in proc.stdout, (target, proc.stdout[-3000:])

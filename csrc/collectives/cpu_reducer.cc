@@ -15,7 +15,7 @@ class CpuReducer : public Reducer {
 }  // namespace
 
 const Reducer& cpu_reducer() {
-  static CpuReducer r;
+  static CpuReducer r;  // process-wide: stateless (the kernels are chosen once per process)
   return r;
 }
 

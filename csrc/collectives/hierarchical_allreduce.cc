@@ -12,20 +12,17 @@
 
 namespace hvdl {
 
-void hierarchical_allreduce(ShmCollectives* local, Transport& cross, const Reducer& red,
-                            const void* in, void* out, size_t count, DataType dt, ReduceOp op,
-                            double prescale, double postscale, HostBuffer& scratch, bool stream,
-                            const RingOptions& ring) {
-  const size_t es = dtype_size(dt);
-  char* o = static_cast<char*>(out);
-  if (!local || local->size() == 1)
-    return ring_allreduce_host(cross, red, in, out, count, dt, op, prescale, postscale, scratch,
-                               ring);
+void hierarchical_allreduce(const HierarchicalOptions& h, const Reducer& red,
+                            const AllreduceArgs& a) {
+  const size_t es = dtype_size(a.dt);
+  char* o = static_cast<char*>(a.out);
+  ShmCollectives* local = h.local;
+  if (!local || local->size() == 1) return ring_allreduce_host(*h.cross, red, *h.scratch, a, h.ring);
   const int nl = local->size(), lr = local->rank();
-  local->reduce_scatter(red, in, out, count, dt, op, prescale, 1.0, stream);
-  ring_allreduce(cross, red, o + block_offset(count, nl, lr) * es, block_count(count, nl, lr), dt,
-                 op, postscale, scratch, ring);
-  local->allgather(out, count, dt, stream);
+  local->reduce_scatter(red, a.in, a.out, a.count, a.dt, a.op, a.prescale, 1.0, h.stream);
+  ring_allreduce(*h.cross, red, o + block_offset(a.count, nl, lr) * es,
+                 block_count(a.count, nl, lr), a.dt, a.op, a.postscale, *h.scratch, h.ring);
+  local->allgather(a.out, a.count, a.dt, h.stream);
 }
 
 }  // namespace hvdl

@@ -10,13 +10,20 @@
 
 namespace hvdl {
 
-// Allreduce over several hosts with the same number of ranks each. `local` holds
-// this host's ranks (null when this rank is alone on its host); `cross` the ranks of
-// every host with this rank's local index. out = allreduce(in * prescale) * postscale.
-// `stream`: the local passes write their slots with non-temporal stores.
-void hierarchical_allreduce(ShmCollectives* local, Transport& cross, const Reducer& red,
-                            const void* in, void* out, size_t count, DataType dt, ReduceOp op,
-                            double prescale, double postscale, HostBuffer& scratch, bool stream,
-                            const RingOptions& ring);
+// Who takes part in a hierarchical allreduce, and how it runs.
+struct HierarchicalOptions {
+  // This host's ranks (null when this rank is alone on its host).
+  ShmCollectives* local = nullptr;
+  // The ranks of every host with this rank's local index.
+  Transport* cross = nullptr;
+  HostBuffer* scratch = nullptr;  // the cross ring's receive buffer
+  bool stream = false;            // the local passes write their slots with non-temporal stores
+  RingOptions ring;               // the cross-host ring's
+};
+
+// Allreduce over several hosts with the same number of ranks each, of `a` in host
+// memory: out = allreduce(in * prescale) * postscale.
+void hierarchical_allreduce(const HierarchicalOptions& h, const Reducer& red,
+                            const AllreduceArgs& a);
 
 }  // namespace hvdl

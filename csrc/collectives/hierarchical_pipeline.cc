@@ -51,9 +51,14 @@ void HierarchicalPipeline::helper() {
   }
 }
 
-void HierarchicalPipeline::run(const Reducer& red, const void* in, void* out, size_t count,
-                               DataType dt, ReduceOp op, double prescale, double postscale,
-                               bool stream, const RingOptions& ring) {
+void HierarchicalPipeline::run(const Reducer& red, const AllreduceArgs& a, bool stream,
+                               const RingOptions& ring) {
+  const size_t count = a.count;
+  const DataType dt = a.dt;
+  const ReduceOp op = a.op;
+  const double prescale = a.prescale, postscale = a.postscale;
+  const void* in = a.in;
+  void* out = a.out;
   const size_t es = dtype_size(dt);
   const int k = chunks_for(count * es);
   const char* src = static_cast<const char*>(in);

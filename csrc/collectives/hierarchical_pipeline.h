@@ -37,8 +37,7 @@ class HierarchicalPipeline {
   // out = allreduce(in * prescale) * postscale over local x cross, like
   // hierarchical_allreduce(). Bitwise identical on every rank: the chunks follow from
   // the size alone, and each element is still reduced on exactly one rank per stage.
-  void run(const Reducer& red, const void* in, void* out, size_t count, DataType dt, ReduceOp op,
-           double prescale, double postscale, bool stream, const RingOptions& ring);
+  void run(const Reducer& red, const AllreduceArgs& a, bool stream, const RingOptions& ring);
 
  private:
   void helper();

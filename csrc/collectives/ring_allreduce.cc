@@ -33,17 +33,16 @@ void ring_allreduce(Transport& t, const Reducer& red, void* buf, size_t count, D
   ring_allgather(t, buf, blocks, 1);
 }
 
-void ring_allreduce_host(Transport& t, const Reducer& red, const void* in, void* out, size_t count,
-                         DataType dt, ReduceOp op, double prescale, double postscale,
-                         Buffer& scratch, RingOptions opts) {
+void ring_allreduce_host(Transport& t, const Reducer& red, Buffer& scratch, const AllreduceArgs& a,
+                         RingOptions opts) {
   opts.input = nullptr;
-  if (prescale == 1.0) {
-    if (in != out) opts.input = in;
+  if (a.prescale == 1.0) {
+    if (a.in != a.out) opts.input = a.in;
   } else {
-    if (in != out && count) std::memcpy(out, in, count * dtype_size(dt));
-    red.scale(out, count, dt, prescale);
+    if (a.in != a.out && a.count) std::memcpy(a.out, a.in, a.count * dtype_size(a.dt));
+    red.scale(a.out, a.count, a.dt, a.prescale);
   }
-  ring_allreduce(t, red, out, count, dt, op, postscale, scratch, opts);
+  ring_allreduce(t, red, a.out, a.count, a.dt, a.op, a.postscale, scratch, opts);
 }
 
 }  // namespace hvdl

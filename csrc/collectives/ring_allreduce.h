@@ -29,11 +29,22 @@ void ring_allreduce(Transport& t, const Reducer& red, void* buf, size_t count, D
                     ReduceOp op, double postscale, Buffer& scratch,
                     const RingOptions& opts = RingOptions());
 
-// out = allreduce(in * prescale) * postscale in host memory; in may equal out. Without
-// a prescale the input is read where it lies (RingOptions::input); with one, it is
-// copied into `out` and scaled there first. opts.input is ignored.
-void ring_allreduce_host(Transport& t, const Reducer& red, const void* in, void* out, size_t count,
-                         DataType dt, ReduceOp op, double prescale, double postscale,
-                         Buffer& scratch, RingOptions opts = RingOptions());
+// One allreduce of one buffer, as the algorithms over it take it (like Gloo's
+// AllreduceOptions): out = (reduction over ranks of in * prescale) * postscale.
+struct AllreduceArgs {
+  const void* in = nullptr;
+  void* out = nullptr;  // may equal in
+  size_t count = 0;
+  DataType dt = DataType::FLOAT32;
+  ReduceOp op = ReduceOp::SUM;
+  double prescale = 1.0, postscale = 1.0;
+};
+
+// `a` in host memory over every rank of `t`; in may equal out. Without a prescale the
+// input is read where it lies (RingOptions::input); with one, it is copied into `out`
+// and scaled there first. opts.input is ignored. In place (in == out) it touches the
+// memory only through `red` and `t`, so device memory works too (see ring_allreduce).
+void ring_allreduce_host(Transport& t, const Reducer& red, Buffer& scratch, const AllreduceArgs& a,
+                         RingOptions opts = RingOptions());
 
 }  // namespace hvdl

@@ -27,7 +27,7 @@ struct ShmOptions {
   // ... and, if they do, so is their final output from this size on.
   size_t stream_out_threshold = 8u << 20;
   // Allreduces of at least this many bytes go through the ring instead (0: never);
-  // see allreduce_algorithm.cc.
+  // see shm_choice.cc.
   size_t ring_threshold = kAuto;
   // The limits the pipeline needs (at least 4096-byte steps, 2 slots).
   ShmOptions& clamp() {

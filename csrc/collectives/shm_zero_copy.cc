@@ -25,7 +25,7 @@
 
 namespace hvdl {
 namespace {
-std::atomic<uint64_t> g_zero_copy{0};
+std::atomic<uint64_t> g_zero_copy{0};  // process-wide: a test counter, read without an engine
 }  // namespace
 
 uint64_t ShmCollectives::zero_copy_count() { return g_zero_copy.load(); }

@@ -9,9 +9,8 @@
 
 namespace hvdl {
 
-static std::atomic<int> g_rank{-1};
-
 // Process-wide because every layer logs, also before init() and after shutdown().
+static std::atomic<int> g_rank{-1};
 static std::atomic<int> g_level{static_cast<int>(LogLevel::WARNING)};
 
 static LogLevel parse_level(std::string s) {

@@ -4,6 +4,8 @@
 
 namespace hvdl {
 
+// Process-wide: the ops are stateless and register from their files' static
+// initialisers (one file per op, no list to keep).
 static std::array<std::unique_ptr<CollectiveOp>, kNumOpTypes>& registry() {
   static std::array<std::unique_ptr<CollectiveOp>, kNumOpTypes> ops;
   return ops;

@@ -17,8 +17,6 @@
 
 namespace hvdl {
 
-class AllreduceAlgorithm;
-
 // Everything below lives where the group's tensors live (host memory or one GPU), so
 // an op that moves data only through these serves both.
 struct ExecContext {
@@ -31,9 +29,6 @@ struct ExecContext {
   size_t segment_bytes = 0;         // ring pipelining (RingOptions), same on every rank
   BroadcastOptions broadcast = {};  // same on every rank
   PhaseObserver* phases = nullptr;  // the timeline, when it records: report phases here
-  // This process set's allreduce on host memory when it is not the flat ring
-  // (shared memory, hierarchical); null for the ring.
-  AllreduceAlgorithm* allreduce = nullptr;
 };
 
 class CollectiveOp {
@@ -47,8 +42,9 @@ class CollectiveOp {
   // Byte size this response occupies in the fusion buffer, or 0 if it never fuses.
   virtual size_t fusion_bytes(const Response&) const { return 0; }
   // Whether this response fuses without copies into a fusion buffer, through
-  // `host_allreduce` (the process set's, may be null): large tensors then fuse too.
-  virtual bool fuses_in_place(const Response&, const AllreduceAlgorithm* /*host_allreduce*/) const {
+  // `host_allreduce` (the process set's paths on host memory, may be null): large
+  // tensors then fuse too.
+  virtual bool fuses_in_place(const Response&, const AllreducePaths* /*host_allreduce*/) const {
     return false;
   }
   // Responses that may share one fusion buffer return equal keys.

@@ -10,13 +10,14 @@ namespace {
 
 class CpuDevice final : public Device {
  public:
-  explicit CpuDevice(Transport& t) : t_(t) {}
+  CpuDevice(Transport& t, AllreducePaths& paths) : t_(t), paths_(paths) {}
   int ordinal() const override { return -1; }
   std::string describe() const override { return "cpu"; }
   Transport& transport() override { return t_; }
   const Reducer& reducer() const override { return cpu_reducer(); }
   Buffer& fusion() override { return fusion_; }
   Buffer& scratch() override { return scratch_; }
+  AllreducePaths& allreduce() override { return paths_; }
 
   void copy(void* dst, const void* src, size_t bytes) override {
     if (bytes) std::memcpy(dst, src, bytes);
@@ -33,11 +34,14 @@ class CpuDevice final : public Device {
 
  private:
   Transport& t_;
+  AllreducePaths& paths_;
   HostBuffer fusion_, scratch_;
 };
 
 }  // namespace
 
-std::unique_ptr<Device> make_cpu_device(Transport& t) { return std::make_unique<CpuDevice>(t); }
+std::unique_ptr<Device> make_cpu_device(Transport& t, AllreducePaths& host) {
+  return std::make_unique<CpuDevice>(t, host);
+}
 
 }  // namespace hvdl

@@ -12,6 +12,7 @@
 #include <stdexcept>
 
 #include "../../cuda/gpu_kernels.h"
+#include "../collectives/allreduce_path.h"
 #include "../common/logging.h"
 #include "../reduce/identity.h"
 #include "../transport/device_transport.h"
@@ -94,6 +95,7 @@ class CudaDevice final : public Device {
       gpu::stream_synchronize(stream_);
     } catch (...) {
     }
+    paths_.reset();
     nccl_.reset();
     gpu::stream_destroy(stream_);
   }
@@ -106,6 +108,13 @@ class CudaDevice final : public Device {
                          : make_stream_synced_transport(host_, stream_);
   }
   void use_nccl(Transport& ctrl) { nccl_ = make_nccl_collectives(ctrl, ordinal_, stream_); }
+  // After use_mpi() (and use_nccl()): NCCL when it can run a plan, else the ring over
+  // the MPI data plane. Neither is timed: NCCL is the faster wherever it runs.
+  void make_allreduce_paths() {
+    paths_ = std::make_unique<AllreducePaths>(nccl_ ? "nccl" : "device ring", nullptr);
+    if (nccl_) paths_->first(make_nccl_path(*nccl_));
+    paths_->contender(make_device_ring_path(*transport_, scratch_));
+  }
 
   int ordinal() const override { return ordinal_; }
   std::string describe() const override {
@@ -119,6 +128,7 @@ class CudaDevice final : public Device {
   Buffer& fusion() override { return fusion_; }
   Buffer& scratch() override { return scratch_; }
   DeviceCollectives* collectives() override { return nccl_.get(); }
+  AllreducePaths& allreduce() override { return *paths_; }
 
   void copy(void* dst, const void* src, size_t bytes) override {
     gpu::memcpy_async(dst, src, bytes, stream_);
@@ -168,6 +178,7 @@ class CudaDevice final : public Device {
   std::vector<gpu::CopyDesc> descs_host_;
   std::unique_ptr<Transport> transport_;
   std::unique_ptr<DeviceCollectives> nccl_;
+  std::unique_ptr<AllreducePaths> paths_;  // over transport_ and nccl_
   bool staged_ = true;
 };
 
@@ -254,6 +265,7 @@ std::unique_ptr<Device> make_cuda_device(int ordinal, Transport& t, const GpuOpt
     throw std::runtime_error(plan.empty() ? "no GPU plan from rank 0" : plan.substr(1));
 
   if (plan[0] == 'N') dev->use_nccl(t);
+  dev->make_allreduce_paths();
   if (t.rank() == 0) {
     const std::string why = plan[0] == 'N' ? std::string() : " (" + plan.substr(1) + ")";
     if (plan[0] == 'W') {

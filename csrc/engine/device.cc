@@ -1,17 +1,13 @@
-// The devices of a process set, and the one GPU a process may use.
+// The devices of a process set, and the one GPU a rank may use.
 #include <atomic>
 #include <stdexcept>
 
 #include "device.h"
 
 namespace hvdl {
-namespace {
-std::atomic<int> g_process_gpu{-1};
-}  // namespace
-
 Device& DeviceSet::get(int ordinal) {
   if (ordinal < 0) {
-    if (!cpu_) cpu_ = make_cpu_device(t_);
+    if (!cpu_) cpu_ = make_cpu_device(t_, host_);
     return *cpu_;
   }
   auto it = gpus_.find(ordinal);
@@ -19,11 +15,9 @@ Device& DeviceSet::get(int ordinal) {
   return *it->second;
 }
 
-int process_gpu() { return g_process_gpu.load(); }
-
-void claim_process_gpu(int ordinal, const std::string& tensor_name) {
+void claim_process_gpu(std::atomic<int>& slot, int ordinal, const std::string& tensor_name) {
   int expected = -1;
-  if (g_process_gpu.compare_exchange_strong(expected, ordinal) || expected == ordinal) return;
+  if (slot.compare_exchange_strong(expected, ordinal) || expected == ordinal) return;
   throw std::invalid_argument("horovodlite: '" + tensor_name + "' is on GPU " +
                               std::to_string(ordinal) + " but this process already uses GPU " +
                               std::to_string(expected) +

@@ -6,11 +6,13 @@
 //                               and NCCL or MPI through a staging/stream-synced transport.
 // No CUDA types cross this header: events and streams are void*.
 #pragma once
+#include <atomic>
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "../collectives/allreduce_paths.h"
 #include "../collectives/reducer.h"
 #include "../common/buffer.h"
 #include "../transport/device_collectives.h"
@@ -39,6 +41,8 @@ class Device {
   // A library that runs whole collectives on this memory (NCCL), or null: then ops run
   // the algorithms of collectives/ over transport().
   virtual DeviceCollectives* collectives() { return nullptr; }
+  // The process set's allreduce paths on this memory, and the choice among them.
+  virtual AllreducePaths& allreduce() = 0;
 
   // All asynchronous on a GPU, in order with the reducer and the transport.
   virtual void copy(void* dst, const void* src, size_t bytes) = 0;
@@ -54,7 +58,8 @@ class Device {
   virtual void end() {}
 };
 
-std::unique_ptr<Device> make_cpu_device(Transport& t);
+// `host`: the process set's host paths (allreduce_setup.h); they outlive the device.
+std::unique_ptr<Device> make_cpu_device(Transport& t, AllreducePaths& host);
 
 // How GPU collectives run (the GPU_OPERATIONS and GPU_STAGING_SEGMENT_BYTES settings).
 struct GpuOptions {
@@ -70,7 +75,9 @@ std::unique_ptr<Device> make_cuda_device(int ordinal, Transport& t, const GpuOpt
 // The devices one process set has used, created on first use.
 class DeviceSet {
  public:
-  DeviceSet(Transport& t, GpuOptions gpu) : t_(t), gpu_(std::move(gpu)) {}
+  // `host`: the set's allreduce paths on host memory; they outlive the set.
+  DeviceSet(Transport& t, GpuOptions gpu, AllreducePaths& host)
+      : t_(t), gpu_(std::move(gpu)), host_(host) {}
   // -1: host. A GPU is set up on its first use, collectively (see make_cuda_device).
   Device& get(int ordinal);
   void clear() { gpus_.clear(); cpu_.reset(); }
@@ -78,6 +85,7 @@ class DeviceSet {
  private:
   Transport& t_;
   GpuOptions gpu_;
+  AllreducePaths& host_;
   std::unique_ptr<Device> cpu_;
   std::map<int, std::unique_ptr<Device>> gpus_;
 };
@@ -88,10 +96,8 @@ bool gpu_runtime_available();  // a driver and a device; false without CUDA
 // An event recorded now on `stream` (a cudaStream_t of `device`): the engine's stream
 // waits for it before reading the tensor. Destroyed with the last owner.
 std::shared_ptr<void> record_ready_event(int device, void* stream);
-// This process's GPU, fixed by its first GPU tensor (one GPU per process, as in
-// Horovod); -1 before. A rank that has joined uses it for the identity it contributes.
-int process_gpu();
-// Fixes the process's GPU or throws std::invalid_argument when it differs.
-void claim_process_gpu(int ordinal, const std::string& tensor_name);
+// Fixes the rank's GPU in `slot` (EngineState::process_gpu, -1 while none) or throws
+// std::invalid_argument when it differs.
+void claim_process_gpu(std::atomic<int>& slot, int ordinal, const std::string& tensor_name);
 
 }  // namespace hvdl

@@ -84,12 +84,12 @@ void Engine::init(std::unique_ptr<World> world, const Settings& settings) {
   set_ranks_[0] = all;
   if (t.rank == 0 && settings.is_set(Setting::TIMELINE)) {
     try {
-      Timeline::get().start(settings.str(Setting::TIMELINE), settings.flag(Setting::TIMELINE_MARK_CYCLES));
+      state_.timeline.start(settings.str(Setting::TIMELINE), settings.flag(Setting::TIMELINE_MARK_CYCLES));
     } catch (const std::exception& e) {
       HVDL_LOG(ERROR) << e.what() << "; running without a timeline";
     }
   }
-  workers_[0] = std::make_unique<Worker>(world_->create_group(all), params_, 0, hosts_of(t, all));
+  workers_[0] = std::make_unique<Worker>(world_->create_group(all), params_, 0, state_, hosts_of(t, all));
 
   next_set_id_ = 1;
   HVDL_LOG(DEBUG) << "initialised: size " << t.size << ", local " << t.local_rank << "/"
@@ -103,7 +103,7 @@ void Engine::shutdown() {
   // Stop every worker first (each ends in a round its peers join), then free the world.
   for (auto& kv : workers_) kv.second->stop();
   workers_.clear();
-  Timeline::get().stop();
+  state_.timeline.stop();
   set_ranks_.clear();
   world_.reset();
 }
@@ -151,7 +151,7 @@ int64_t Engine::enqueue(EnqueueArgs a) {
                                (cuda_built() ? std::string("no usable CUDA driver or GPU was found")
                                              : std::string("this build of horovodlite has no CUDA "
                                                            "support (cuda_built() is False)")));
-    claim_process_gpu(a.req.device, a.req.name);
+    claim_process_gpu(state_.process_gpu, a.req.device, a.req.name);
     if (a.has_stream) e->ready_event = record_ready_event(a.req.device, a.stream);
   }
   e->req = std::move(a.req);
@@ -195,7 +195,7 @@ int Engine::add_process_set(const std::vector<int>& ranks) {
   auto t = world_->create_group(sorted);
   set_ranks_[id] = sorted;
   if (t)
-    workers_[id] = std::make_unique<Worker>(std::move(t), params_, id,
+    workers_[id] = std::make_unique<Worker>(std::move(t), params_, id, state_,
                                             hosts_of(world_->topology(), sorted));
   return id;
 }
@@ -244,13 +244,13 @@ Tunables Engine::tunables(int id) {
 void Engine::start_timeline(const std::string& path, bool mark_cycles) {
   std::lock_guard<std::mutex> l(mu_);
   if (!world_) throw std::runtime_error("horovodlite has not been initialized; call hvd.init() first");
-  if (world_->topology().rank == 0) Timeline::get().start(path, mark_cycles);
+  if (world_->topology().rank == 0) state_.timeline.start(path, mark_cycles);
 }
 
 void Engine::stop_timeline() {
   std::lock_guard<std::mutex> l(mu_);
   if (!world_) throw std::runtime_error("horovodlite has not been initialized; call hvd.init() first");
-  Timeline::get().stop();
+  state_.timeline.stop();
 }
 
 std::map<std::string, std::string> Engine::report(int id) {

@@ -77,6 +77,7 @@ class Engine {
  private:
   Worker* worker_for(int id);
   std::mutex mu_;
+  EngineState state_;  // before the workers, which use it
   std::unique_ptr<World> world_;
   std::map<int, std::unique_ptr<Worker>> workers_;
   std::map<int, std::vector<int>> set_ranks_;

@@ -9,11 +9,18 @@
 
 namespace hvdl {
 
-class AllreduceAlgorithm;
+class AllreducePaths;
+class CollectiveOp;
 
-// host_allreduce: the process set's allreduce on host memory (may be null).
-std::vector<std::vector<const Response*>> plan_fusion(const std::vector<Response>& responses,
-                                                      size_t threshold,
-                                                      const AllreduceAlgorithm* host_allreduce = nullptr);
+// Responses run together, with their op (looked up once per response, here; null for
+// an error response or an op this build lacks).
+struct FusionGroup {
+  const CollectiveOp* op = nullptr;
+  std::vector<const Response*> members;
+};
+
+// host_allreduce: the process set's allreduce paths on host memory (may be null).
+std::vector<FusionGroup> plan_fusion(const std::vector<Response>& responses, size_t threshold,
+                                     const AllreducePaths* host_allreduce = nullptr);
 
 }  // namespace hvdl

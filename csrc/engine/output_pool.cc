@@ -12,6 +12,8 @@ namespace {
 constexpr size_t kPooledFrom = 64 << 10;
 }  // namespace
 
+// Process-wide: the arrays it hands to Python outlive the engine (shutdown, re-init)
+// and give their blocks back here when freed; hvd.empty() uses it without an engine.
 OutputPool& OutputPool::get() {
   static OutputPool* p = new OutputPool();  // never destroyed: arrays may outlive statics
   return *p;

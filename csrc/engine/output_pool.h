@@ -18,7 +18,7 @@ namespace hvdl {
 
 class OutputPool {
  public:
-  static OutputPool& get();
+  static OutputPool& get();  // process-wide: see output_pool.cc
   // 64-byte aligned (4096 for large blocks), never null, even for 0 bytes.
   std::shared_ptr<void> allocate(size_t bytes);
   size_t cached_bytes();

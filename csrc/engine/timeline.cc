@@ -46,11 +46,6 @@ constexpr auto kWriterPeriod = std::chrono::milliseconds(20);
 
 }  // namespace
 
-Timeline& Timeline::get() {
-  static Timeline* t = new Timeline();  // never destroyed: engine threads may outlive statics
-  return *t;
-}
-
 void Timeline::start(const std::string& path, bool mark_cycles) {
   std::lock_guard<std::mutex> life(life_mu_);
   stop_locked();

@@ -43,8 +43,11 @@ class GroupTrace : public PhaseObserver {
 
 class Timeline {
  public:
-  // Process-wide; the engine starts it on world rank 0 only.
-  static Timeline& get();
+  // One per engine (EngineState, worker.h); the engine starts it on world rank 0 only.
+  Timeline() = default;
+  ~Timeline() { stop(); }
+  Timeline(const Timeline&) = delete;
+  Timeline& operator=(const Timeline&) = delete;
 
   // Starts writing to `path` (truncating it); a running timeline is stopped first.
   // Throws std::runtime_error when the file cannot be created.

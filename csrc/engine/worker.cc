@@ -28,14 +28,15 @@ static size_t payload_bytes(const Response& r) {
   return tensor_bytes(r.shape, r.dtype);
 }
 
-Worker::Worker(std::unique_ptr<Transport> t, EngineParams p, int id,
+Worker::Worker(std::unique_ptr<Transport> t, EngineParams p, int id, EngineState& state,
                const std::vector<int>& host_of_member)
     : transport_(std::move(t)),
+      state_(state),
       params_(p),
       id_(id),
       controller_(*transport_, p.cache_capacity, p.stall_warn_s, p.stall_fail_s),
-      devices_(*transport_, p.gpu),
-      allreduce_(make_allreduce_algorithm(*transport_, host_of_member, p.settings)),
+      allreduce_(make_host_allreduce_paths(*transport_, host_of_member, p.settings)),
+      devices_(*transport_, p.gpu, *allreduce_),
       records_timeline_(id == 0 && transport_->rank() == 0) {
   shown_.fusion_threshold = p.fusion_threshold;
   shown_.cycle_time_ms = p.cycle_time_ms;
@@ -70,14 +71,15 @@ std::map<std::string, std::string> Worker::report() const {
       {"tcp_if_include", p.settings.str(Setting::TCP_IF_INCLUDE)},
       {"tcp_timeout_s", s(p.settings.real(Setting::TCP_TIMEOUT_SECONDS))},
   };
-  if (const ShmOptions* o = allreduce_ ? allreduce_->shm_options() : nullptr) {
+  if (const AllreducePaths::ShmInfo* shm = allreduce_->shm_info()) {
+    const ShmOptions* o = &shm->options;
     r["shm_chunk_bytes"] = s(o->chunk_bytes);
     r["shm_slots"] = s(o->slots);
     r["shm_stream_in_threshold"] = s(o->stream_in_threshold);
     r["shm_stream_out_threshold"] = s(o->stream_out_threshold);
     r["shm_ring_threshold"] = s(o->ring_threshold);
-    r["shm_test_kill_at_step"] = allreduce_->fault_hooked() ? s(test_kill_step(p.settings)) : "0";
-    r["shm_mechanism"] = allreduce_->window_mechanism();
+    r["shm_test_kill_at_step"] = shm->fault_hooked ? s(test_kill_step(p.settings)) : "0";
+    r["shm_mechanism"] = shm->mechanism;
   }
   return r;
 }
@@ -140,7 +142,7 @@ void Worker::loop() {
     try {
       wait_for_round();
       bool want_shutdown = queue_.shutdown_requested();
-      Timeline* tl = records_timeline_ ? Timeline::get().recording() : nullptr;
+      Timeline* tl = records_timeline_ ? state_.timeline.recording() : nullptr;
       if (tl && tl->mark_cycles()) tl->cycle_start(Clock::now());
       bool arriving = false;
       auto fresh = queue_.take_fresh(&arriving);
@@ -194,11 +196,12 @@ void Worker::loop() {
 
 // This rank's device for a group: its own tensors' (all on one device per process), or
 // for a rank that has joined, the GPU it uses elsewhere (the response names rank 0's).
-static int local_device(const Response& head, const std::vector<TensorEntry*>& entries) {
+static int local_device(const Response& head, const std::vector<TensorEntry*>& entries,
+                        int process_gpu) {
   for (auto* e : entries)
     if (e) return e->req.device;
   if (head.device < 0) return -1;
-  return process_gpu() >= 0 ? process_gpu() : head.device;
+  return process_gpu >= 0 ? process_gpu : head.device;
 }
 
 void Worker::apply(const Tunables& t) {
@@ -221,7 +224,8 @@ uint64_t Worker::execute(const std::vector<Response>& responses, Timeline* tl,
   std::vector<size_t> sizes;
   std::string abandoned;
   bool peer_failed = false;
-  for (auto& group : plan_fusion(responses, params_.fusion_threshold, allreduce_.get())) {
+  for (const FusionGroup& fused : plan_fusion(responses, params_.fusion_threshold, allreduce_.get())) {
+    const std::vector<const Response*>& group = fused.members;
     std::vector<std::unique_ptr<TensorEntry>> owned;
     std::vector<TensorEntry*> entries;
     for (auto* r : group) {
@@ -229,7 +233,7 @@ uint64_t Worker::execute(const std::vector<Response>& responses, Timeline* tl,
       entries.push_back(owned.back().get());
     }
     const Response& head = *group[0];
-    const CollectiveOp* op = head.ok() ? find_op(head.op) : nullptr;
+    const CollectiveOp* op = fused.op;
     sizes.clear();
     for (auto* r : group) sizes.push_back(payload_bytes(*r));
     Status st;
@@ -251,13 +255,11 @@ uint64_t Worker::execute(const std::vector<Response>& responses, Timeline* tl,
     } else {
       Device* dev = nullptr;
       try {
-        dev = &devices_.get(local_device(head, entries));
+        dev = &devices_.get(local_device(head, entries, state_.process_gpu.load()));
         ExecContext ctx{dev->transport(), dev->reducer(), dev->fusion(), dev->scratch(),
                         params_.fusion_threshold, *dev};
         ctx.segment_bytes = params_.segment_bytes;
         ctx.broadcast = params_.broadcast;
-        // Shared memory / hierarchical paths work on host memory only.
-        if (dev->ordinal() < 0) ctx.allreduce = allreduce_.get();
         ctx.phases = tl ? &trace : nullptr;
         dev->begin(entries);
         op->execute(ctx, group, entries);

@@ -15,7 +15,7 @@
 #include "../common/settings.h"
 #include "../transport/transport.h"
 #include "autotune.h"
-#include "allreduce_algorithm.h"
+#include "allreduce_setup.h"
 #include "controller.h"
 #include "parameters.h"
 #include "device.h"
@@ -41,6 +41,15 @@ struct EngineParams {
   Settings settings;
 };
 
+// What the workers of one engine share: the engine's state, passed down (not
+// process-wide), so engines running as threads in one process (tests/cpp) stay apart.
+struct EngineState {
+  Timeline timeline;  // written on world rank 0 only
+  // This rank's GPU, fixed by its first GPU tensor (one GPU per rank, as in Horovod);
+  // -1 before. A rank that has joined uses it for the identity it contributes.
+  std::atomic<int> process_gpu{-1};
+};
+
 struct WorkerStats {
   std::atomic<uint64_t> rounds{0}, full_rounds{0}, groups{0}, tensors{0}, bytes{0};
 };
@@ -48,7 +57,8 @@ struct WorkerStats {
 class Worker {
  public:
   // host_of_member[i]: host index of the set's rank i (chooses the allreduce path).
-  Worker(std::unique_ptr<Transport> t, EngineParams p, int id,
+  // `state` outlives the worker.
+  Worker(std::unique_ptr<Transport> t, EngineParams p, int id, EngineState& state,
          const std::vector<int>& host_of_member = {});
   ~Worker();  // requests shutdown and joins the thread
 
@@ -61,7 +71,7 @@ class Worker {
     return shown_;
   }
   int id() const { return id_; }
-  const char* allreduce_algorithm() const { return allreduce_ ? allreduce_->name() : "ring"; }
+  const char* allreduce_algorithm() const { return allreduce_->name().c_str(); }
   void stop();
   // What this set's engine runs with, as name -> value (Engine::report()).
   std::map<std::string, std::string> report() const;
@@ -79,12 +89,15 @@ class Worker {
   void apply(const Tunables& t);
 
   std::unique_ptr<Transport> transport_;
+  EngineState& state_;
   EngineParams params_;
   int id_;
   TensorQueue queue_;
   Controller controller_;
+  // The allreduce paths on host memory (the GPU's are its device's). Before devices_,
+  // whose host device runs them.
+  std::unique_ptr<AllreducePaths> allreduce_;
   DeviceSet devices_;  // host memory and the GPU this process uses, with their buffers
-  std::unique_ptr<AllreduceAlgorithm> allreduce_;  // null: the flat ring
   WorkerStats stats_;
   uint64_t round_ = 1;
   bool running_ = true;

@@ -190,6 +190,7 @@ std::string finish(Pending& p) {
 // Fulfils XLA futures in the order their calls were made.
 class Completer {
  public:
+  // Process-wide: XLA calls the handlers from its threads with no engine handle.
   static Completer& get() {
     static Completer* c = new Completer();  // never destroyed: XLA may call late
     return *c;

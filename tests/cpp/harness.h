@@ -11,7 +11,8 @@
 //
 // The transport is complete (data plane, control plane, wake-ups, split, groups), so
 // the engine, its negotiation, fusion and every host path (ring, shared memory,
-// hierarchical) run over it unchanged. Faults: kill(r) makes every transfer to, from
+// hierarchical) run over it unchanged; on_ranks(n, fn) gives the algorithms alone a
+// transport per thread-rank. Faults: kill(r) makes every transfer to, from
 // or by world rank r fail on every rank at once (a peer that died); freeze(r) stops
 // rank r inside its next transport call until thaw(r) (a peer that hangs).
 #pragma once
@@ -90,11 +91,22 @@ inline void spawn(int n, const std::function<void(int rank)>& fn) {
 // ---- the world and its transport ----
 class ThreadWorldState;
 
-// One group's message space: FIFO queues per (source, destination, channel).
+// A posted receive; it completes as soon as the matching send is there.
+struct RecvOp {
+  int peer;
+  char* buf;
+  size_t bytes;
+  bool done;
+  std::string error;  // a send of another size matched it
+};
+
+// One group's message space: FIFO queues per (source, destination, channel) of sends
+// not yet matched, and per (source, destination) of receives not yet matched.
 struct Fabric {
   std::string id;
   std::vector<int> members;  // world ranks, in group-rank order
   std::map<std::tuple<int, int, int>, std::deque<std::vector<char>>> box;
+  std::map<std::pair<int, int>, std::deque<RecvOp*>> posted;
   std::vector<std::atomic<uint64_t>> rung;  // per group rank: highest round rung by a peer
   // Group ranks whose transport is gone (its process would have exited): waiting for
   // them fails, as it does for a killed rank.
@@ -164,6 +176,7 @@ class ThreadTransport final : public Transport {
       : s_(std::move(s)), f_(std::move(f)), rank_(rank) {}
   ~ThreadTransport() override {
     std::lock_guard<std::mutex> l(s_->mu);
+    for (int p = 0; p < size(); ++p) f_->posted.erase({p, rank_});  // they point into ops_
     f_->left[rank_] = true;
     s_->cv.notify_all();
   }
@@ -171,42 +184,41 @@ class ThreadTransport final : public Transport {
   int size() const override { return static_cast<int>(f_->members.size()); }
 
   Op isend(int peer, const void* buf, size_t bytes) override {
+    check_peer(peer);
     std::unique_lock<std::mutex> l(s_->mu);
     gate(l, peer);
     const char* p = static_cast<const char*>(buf);
     f_->box[{rank_, peer, kData}].emplace_back(p, p + bytes);  // eager: done at once
-    s_->cv.notify_all();
-    ops_.push_back({-1, nullptr, 0, true});
+    match(rank_, peer);
+    ops_.push_back({-1, nullptr, 0, true, {}});
     return static_cast<Op>(ops_.size() - 1);
   }
   Op irecv(int peer, void* buf, size_t bytes) override {
+    check_peer(peer);
     std::unique_lock<std::mutex> l(s_->mu);
     gate(l, peer);
-    ops_.push_back({peer, static_cast<char*>(buf), bytes, false});
-    pending_[peer].push_back(ops_.size() - 1);
+    ops_.push_back({peer, static_cast<char*>(buf), bytes, false, {}});
+    f_->posted[{peer, rank_}].push_back(&ops_.back());
+    match(peer, rank_);
     return static_cast<Op>(ops_.size() - 1);
   }
   void wait(Op op) override {
     std::unique_lock<std::mutex> l(s_->mu);
-    const int peer = ops_.at(op).peer;
-    // Receives from one peer match its sends in posting order, as in MPI.
-    while (!ops_[op].done) {
-      std::vector<char> m = take(l, peer, kData);
-      const size_t first = pending_[peer].front();
-      pending_[peer].pop_front();
-      RecvOp& r = ops_[first];
-      if (m.size() != r.bytes)
-        throw std::logic_error("thread transport: rank " + std::to_string(rank_) + " expected " +
-                               std::to_string(r.bytes) + " bytes from rank " +
-                               std::to_string(peer) + ", got " + std::to_string(m.size()));
-      if (r.bytes) std::memcpy(r.buf, m.data(), r.bytes);
-      r.done = true;
+    RecvOp& r = ops_.at(op);
+    while (!r.done) {
+      gate(l, -1);
+      if (s_->dead[world_of(r.peer)])
+        throw std::runtime_error("thread transport: rank " + std::to_string(r.peer) + " died");
+      if (f_->left[r.peer])
+        throw std::runtime_error("thread transport: rank " + std::to_string(r.peer) +
+                                 " left (it died or shut down)");
+      s_->cv.wait_for(l, std::chrono::milliseconds(50));
     }
+    if (!r.error.empty()) throw std::logic_error(r.error);
   }
   void wait_all() override {
     for (size_t i = 0; i < ops_.size(); ++i) wait(static_cast<Op>(i));
     ops_.clear();
-    pending_.clear();
   }
 
   void allreduce_and(uint64_t* words, size_t n) override {
@@ -293,15 +305,48 @@ class ThreadTransport final : public Transport {
   }
   uint64_t poll_ring() override { return f_->rung[rank_].exchange(0); }
 
+  // Everything sent to this rank was received: no stray message is left for a later
+  // collective (a sender and receiver that cut a transfer differently leave one).
+  bool drained() {
+    std::lock_guard<std::mutex> l(s_->mu);
+    for (int p = 0; p < size(); ++p)
+      for (int chan : {kData, kControl}) {
+        auto it = f_->box.find({p, rank_, chan});
+        if (it != f_->box.end() && !it->second.empty()) return false;
+      }
+    return true;
+  }
+
  private:
   enum Channel { kData = 0, kControl = 1 };
-  struct RecvOp {
-    int peer;
-    char* buf;
-    size_t bytes;
-    bool done;
-  };
+  // Like MPI, a message lands in the receiver's buffer as soon as both sides have
+  // posted, whichever thread gets there second, not when the receiver waits: memory
+  // handed to a transfer may change at any time until its wait returns. Receives from
+  // one peer match its sends in posting order. Caller holds the lock.
+  void match(int from, int to) {
+    auto& sent = f_->box[{from, to, kData}];
+    auto& recvs = f_->posted[{from, to}];
+    while (!sent.empty() && !recvs.empty()) {
+      RecvOp& r = *recvs.front();
+      const std::vector<char>& m = sent.front();
+      if (m.size() != r.bytes)
+        r.error = "thread transport: rank " + std::to_string(to) + " expected " +
+                  std::to_string(r.bytes) + " bytes from rank " + std::to_string(from) +
+                  ", got " + std::to_string(m.size());
+      else if (r.bytes)
+        std::memcpy(r.buf, m.data(), r.bytes);
+      r.done = true;
+      sent.pop_front();
+      recvs.pop_front();
+    }
+    s_->cv.notify_all();
+  }
   int world_of(int p) const { return f_->members.at(p); }
+  void check_peer(int p) const {
+    if (p < 0 || p >= size() || p == rank_)
+      throw std::logic_error("thread transport: rank " + std::to_string(rank_) + " addressed peer " +
+                             std::to_string(p) + " of " + std::to_string(size()));
+  }
   // Every call: a frozen rank stops here; a dead rank (or a call to a dead peer) fails.
   void gate(std::unique_lock<std::mutex>& l, int peer) {
     const int me = world_of(rank_);
@@ -340,8 +385,7 @@ class ThreadTransport final : public Transport {
   std::shared_ptr<Fabric> f_;
   int rank_;
   int splits_ = 0;  // numbers this transport's splits alike on every member
-  std::vector<RecvOp> ops_;
-  std::map<int, std::deque<size_t>> pending_;
+  std::deque<RecvOp> ops_;  // a deque: the fabric's posted list points into it
 };
 
 class ThreadWorld final : public World {
@@ -369,6 +413,41 @@ class ThreadWorld final : public World {
 
 inline std::unique_ptr<World> ThreadWorldState::world(int rank) {
   return std::make_unique<ThreadWorld>(shared_from_this(), rank);
+}
+
+// For the algorithms alone: body(transport) on n ranks of one group as threads, then a
+// check that every message sent was received. A rank still running after `timeout_s`
+// waits for a message that is never sent (a protocol bug): every rank is then killed,
+// so each waiting one fails instead of hanging.
+inline void on_ranks(int n, const std::function<void(Transport&)>& body, double timeout_s = 60) {
+  auto state = ThreadWorldState::make(n);
+  std::vector<int> all(n);
+  std::iota(all.begin(), all.end(), 0);
+  std::vector<std::unique_ptr<Transport>> ts;
+  for (int r = 0; r < n; ++r) ts.push_back(state->world(r)->create_group(all));
+  std::atomic<int> done{0};
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        body(*ts[r]);
+      } catch (const std::exception& e) {
+        ++failures();
+        std::fprintf(stderr, "FAIL n=%d: rank %d threw: %s\n", n, r, e.what());
+      }
+      ++done;
+    });
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  while (done < n && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  const bool stuck = done < n;
+  CHECK(!stuck, "n=%d: %d rank(s) still waiting after %g s", n, n - done.load(), timeout_s);
+  if (stuck)
+    for (int r = 0; r < n; ++r) state->kill(r);
+  for (auto& t : threads) t.join();
+  if (stuck) return;
+  for (int r = 0; r < n; ++r)
+    CHECK(static_cast<ThreadTransport&>(*ts[r]).drained(), "n=%d: messages left for rank %d", n, r);
 }
 
 }  // namespace test

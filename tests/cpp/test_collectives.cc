@@ -1,8 +1,9 @@
-// The collective algorithms (csrc/collectives) over an in-process transport: ranks
-// are threads, every N from 1 to 8, block sizes with zeros, and segments of 64 bytes
-// so that pipelining has many steps. The transport is stricter than MPI: a receive
-// must match a send of exactly its size, so a sender and receiver that disagree on
-// how a transfer is cut fail here instead of corrupting a later message.
+// The collective algorithms (csrc/collectives) over the harness's thread transport
+// (harness.h): ranks are threads, every N from 1 to 8, block sizes with zeros, and
+// segments of 64 bytes so that pipelining has many steps. The transport is stricter
+// than MPI: a receive must match a send of exactly its size, so a sender and receiver
+// that disagree on how a transfer is cut fail here instead of corrupting a later
+// message.
 //
 //   g++ -O1 -std=c++17 -pthread -I csrc tests/cpp/test_collectives.cc \
 //       csrc/collectives/{ring,ring_allreduce,broadcast,alltoall,cpu_reducer}.cc \
@@ -27,121 +28,14 @@
 #include "collectives/ring.h"
 #include "collectives/ring_allreduce.h"
 #include "engine/output_pool.h"
+#include "harness.h"
 
 namespace hvdl {
 namespace {
+using namespace test;
 
 // 16 floats per segment: blocks of a few dozen elements take several segments.
 constexpr size_t kSegmentBytes = 64;
-
-struct Hub {
-  explicit Hub(int n) : n(n) {}
-  int n;
-  std::mutex mu;
-  std::condition_variable cv;
-  std::map<std::pair<int, int>, std::deque<std::vector<char>>> box;  // (src, dst) -> FIFO
-};
-
-class ThreadTransport : public Transport {
- public:
-  ThreadTransport(Hub& h, int rank) : h_(h), rank_(rank) {}
-  int rank() const override { return rank_; }
-  int size() const override { return h_.n; }
-
-  Op isend(int peer, const void* buf, size_t bytes) override {
-    check_peer(peer);
-    std::lock_guard<std::mutex> l(h_.mu);
-    const char* p = static_cast<const char*>(buf);
-    h_.box[{rank_, peer}].emplace_back(p, p + bytes);  // eager: the send is done at once
-    h_.cv.notify_all();
-    ops_.push_back({-1, nullptr, 0, true});
-    return static_cast<Op>(ops_.size() - 1);
-  }
-  Op irecv(int peer, void* buf, size_t bytes) override {
-    check_peer(peer);
-    ops_.push_back({peer, static_cast<char*>(buf), bytes, false});
-    pending_[peer].push_back(ops_.size() - 1);
-    return static_cast<Op>(ops_.size() - 1);
-  }
-  void wait(Op op) override {
-    std::unique_lock<std::mutex> l(h_.mu);
-    int peer = ops_.at(op).peer;
-    // Receives from one peer match its sends in posting order, as in MPI.
-    while (!ops_[op].done) {
-      auto& q = h_.box[{peer, rank_}];
-      h_.cv.wait(l, [&] { return !q.empty(); });
-      size_t first = pending_[peer].front();
-      pending_[peer].pop_front();
-      RecvOp& r = ops_[first];
-      if (q.front().size() != r.bytes)
-        fail("rank " + std::to_string(rank_) + " expected " + std::to_string(r.bytes) +
-             " bytes from rank " + std::to_string(peer) + ", got " + std::to_string(q.front().size()));
-      if (r.bytes) std::memcpy(r.buf, q.front().data(), r.bytes);
-      q.pop_front();
-      r.done = true;
-    }
-  }
-  void wait_all() override {
-    for (size_t i = 0; i < ops_.size(); ++i) wait(static_cast<Op>(i));
-    ops_.clear();
-    pending_.clear();
-  }
-  void allreduce_and(uint64_t*, size_t) override { fail("not used"); }
-  std::vector<std::string> gather(const std::string&, int) override { fail("not used"); return {}; }
-  void broadcast(std::string&, int) override { fail("not used"); }
-  void barrier() override { fail("not used"); }
-  void ring(uint64_t) override {}
-  uint64_t poll_ring() override { return 0; }
-
-  // Everything posted was consumed (no stray messages left for a later collective).
-  bool drained() {
-    std::lock_guard<std::mutex> l(h_.mu);
-    for (int p = 0; p < h_.n; ++p)
-      if (!h_.box[{p, rank_}].empty()) return false;
-    return true;
-  }
-
- private:
-  struct RecvOp {
-    int peer;
-    char* buf;
-    size_t bytes;
-    bool done;
-  };
-  void check_peer(int p) {
-    if (p < 0 || p >= h_.n || p == rank_) fail("bad peer " + std::to_string(p));
-  }
-  [[noreturn]] static void fail(const std::string& m) {
-    std::fprintf(stderr, "transport: %s\n", m.c_str());
-    std::abort();
-  }
-  Hub& h_;
-  int rank_;
-  std::vector<RecvOp> ops_;
-  std::map<int, std::deque<size_t>> pending_;
-};
-
-int failures = 0;
-#define CHECK(cond, ...)                                  \
-  do {                                                    \
-    if (!(cond)) {                                        \
-      ++failures;                                         \
-      std::fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
-      std::fprintf(stderr, __VA_ARGS__);                  \
-      std::fprintf(stderr, "\n");                         \
-    }                                                     \
-  } while (0)
-
-// Runs body(transport) on n threads; checks that nothing was left undelivered.
-void on_ranks(int n, const std::function<void(ThreadTransport&)>& body) {
-  Hub hub(n);
-  std::vector<std::thread> threads;
-  std::vector<std::unique_ptr<ThreadTransport>> ts;
-  for (int r = 0; r < n; ++r) ts.push_back(std::make_unique<ThreadTransport>(hub, r));
-  for (int r = 0; r < n; ++r) threads.emplace_back([&, r] { body(*ts[r]); });
-  for (auto& t : threads) t.join();
-  for (int r = 0; r < n; ++r) CHECK(ts[r]->drained(), "n=%d: messages left for rank %d", n, r);
-}
 
 // Rank r's value of element i: small integers, exact in float sums.
 float val(int r, size_t i) { return static_cast<float>((r * 7 + i * 3) % 11) - 5.0f; }
@@ -150,7 +44,7 @@ void test_reduce_scatter(int n, const std::vector<size_t>& sizes, int shift, boo
   RingBlocks blocks = RingBlocks::of_sizes(sizes);
   size_t total = 0;
   for (auto s : sizes) total += s;
-  on_ranks(n, [&](ThreadTransport& t) {
+  on_ranks(n, [&](Transport& t) {
     const int r = t.rank();
     std::vector<float> in(total), out(total, 99.0f);
     for (size_t i = 0; i < total; ++i) in[i] = val(r, i);
@@ -182,7 +76,7 @@ void test_reduce_scatter(int n, const std::vector<size_t>& sizes, int shift, boo
 
 void test_allreduce(int n, size_t count) {
   std::vector<std::vector<float>> results(n);
-  on_ranks(n, [&](ThreadTransport& t) {
+  on_ranks(n, [&](Transport& t) {
     std::vector<float> buf(count);
     for (size_t i = 0; i < count; ++i) buf[i] = val(t.rank(), i);
     HostBuffer scratch;
@@ -209,7 +103,7 @@ void test_allgather(int n, const std::vector<size_t>& sizes, bool from_input) {
   RingBlocks blocks = RingBlocks::of_sizes(sizes);
   size_t total = 0;
   for (auto s : sizes) total += s;
-  on_ranks(n, [&](ThreadTransport& t) {
+  on_ranks(n, [&](Transport& t) {
     const int r = t.rank();
     std::vector<char> buf(total, 0), mine(sizes[r]);
     for (size_t i = 0; i < sizes[r]; ++i) mine[i] = static_cast<char>(r * 31 + i);
@@ -229,7 +123,7 @@ void test_allgather(int n, const std::vector<size_t>& sizes, bool from_input) {
 }
 
 void test_broadcast(int n, size_t bytes, int root, int algo) {
-  on_ranks(n, [&](ThreadTransport& t) {
+  on_ranks(n, [&](Transport& t) {
     std::vector<char> buf(bytes);
     for (size_t i = 0; i < bytes; ++i) buf[i] = static_cast<char>(t.rank() == root ? i * 7 + 1 : 0);
     if (algo == 0) binomial_tree_broadcast(t, buf.data(), bytes, root);
@@ -250,7 +144,7 @@ void test_alltoall(int n, unsigned seed) {
   std::vector<std::vector<size_t>> sizes(n, std::vector<size_t>(n));
   for (auto& row : sizes)
     for (auto& s : row) s = rng() % 4 == 0 ? 0 : rng() % 200;
-  on_ranks(n, [&](ThreadTransport& t) {
+  on_ranks(n, [&](Transport& t) {
     const int r = t.rank();
     std::vector<size_t> so(n), sb(n), ro(n), rb(n);
     size_t st = 0, rt = 0;
@@ -329,10 +223,5 @@ int main() {
       for (size_t bytes : {size_t(0), size_t(1), size_t(63), size_t(64), size_t(1000)})
         for (int algo = 0; algo < 3; ++algo) test_broadcast(n, bytes, root, algo);
   }
-  if (failures) {
-    std::fprintf(stderr, "%d failures\n", failures);
-    return 1;
-  }
-  std::printf("collective algorithms: all passed (N = 1..8)\n");
-  return 0;
+  return test::finish("collective algorithms (N = 1..8)");
 }

@@ -1,5 +1,5 @@
-// The negotiation round (csrc/engine/controller.cc) on 2 ranks as threads, over an
-// in-process transport with the control collectives only. Checks that a round holds a
+// The negotiation round (csrc/engine/controller.cc) on 2 ranks as threads, over the
+// harness's thread transport (harness.h). Checks that a round holds a
 // step's cached tensors back while a rank is mid-burst and some are ready on only some
 // ranks, never twice in a row, and never when nothing is partial or nobody is mid-burst.
 #include <condition_variable>
@@ -13,60 +13,10 @@
 
 #include "engine/collective_op.h"
 #include "engine/controller.h"
+#include "harness.h"
 
 namespace hvdl {
 namespace {
-
-// Every control collective is "each rank deposits bytes, then all read all".
-struct Hub {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::vector<std::string> slots = std::vector<std::string>(2);
-  int arrived = 0;
-  uint64_t generation = 0;
-  std::vector<std::string> exchange(int rank, const std::string& mine) {
-    std::unique_lock<std::mutex> l(mu);
-    const uint64_t g = generation;
-    slots[rank] = mine;
-    if (++arrived == 2) {
-      last = slots;
-      arrived = 0;
-      ++generation;
-      cv.notify_all();
-    } else {
-      cv.wait(l, [&] { return generation != g; });
-    }
-    return last;
-  }
-  std::vector<std::string> last;
-};
-
-class HubTransport : public Transport {
- public:
-  HubTransport(Hub& h, int rank) : h_(h), rank_(rank) {}
-  int rank() const override { return rank_; }
-  int size() const override { return 2; }
-  Op isend(int, const void*, size_t) override { return 0; }
-  Op irecv(int, void*, size_t) override { return 0; }
-  void wait(Op) override {}
-  void wait_all() override {}
-  void allreduce_and(uint64_t* words, size_t n) override {
-    auto all = h_.exchange(rank_, std::string(reinterpret_cast<char*>(words), n * 8));
-    for (auto& s : all)
-      for (size_t i = 0; i < n; ++i) words[i] &= reinterpret_cast<const uint64_t*>(s.data())[i];
-  }
-  std::vector<std::string> gather(const std::string& mine, int) override {
-    return h_.exchange(rank_, mine);
-  }
-  void broadcast(std::string& bytes, int root) override { bytes = h_.exchange(rank_, bytes)[root]; }
-  void barrier() override { h_.exchange(rank_, ""); }
-  void ring(uint64_t) override {}
-  uint64_t poll_ring() override { return 0; }
-
- private:
-  Hub& h_;
-  int rank_;
-};
 
 // The coordinator validates through the op registry; an allreduce that accepts
 // anything stands in for the real one (which would bring the whole engine along).
@@ -81,15 +31,6 @@ class AnyAllreduce : public CollectiveOp {
 };
 OpRegistrar any_allreduce(std::make_unique<AnyAllreduce>());
 
-int failures = 0;
-#define CHECK(cond)                                                   \
-  do {                                                                \
-    if (!(cond)) {                                                    \
-      ++failures;                                                     \
-      std::fprintf(stderr, "FAIL line %d: %s\n", __LINE__, #cond);    \
-    }                                                                 \
-  } while (0)
-
 Request req(const std::string& name) {
   Request q;
   q.name = name;
@@ -101,11 +42,12 @@ Request req(const std::string& name) {
 // the names each rank was told to run, per round.
 using Plan = std::vector<std::pair<std::vector<std::string>, bool>>;
 std::vector<std::vector<std::set<std::string>>> rounds(const Plan& r0, const Plan& r1) {
-  Hub hub;
+  auto world = test::ThreadWorldState::make(2);
   std::vector<std::vector<std::set<std::string>>> ran(2);
-  auto rank = [&](int r, const Plan& plan) {
-    HubTransport t(hub, r);
-    Controller c(t, 64, 0, 0);
+  test::spawn(2, [&](int r) {
+    const Plan& plan = r == 0 ? r0 : r1;
+    auto t = world->world(r)->create_group({0, 1});
+    Controller c(*t, 64, 0, 0);
     for (auto& [names, arriving] : plan) {
       std::vector<Request> fresh;
       for (auto& n : names) fresh.push_back(req(n));
@@ -122,10 +64,7 @@ std::vector<std::vector<std::set<std::string>>> rounds(const Plan& r0, const Pla
       if (res.responses.empty() && c.next_deadline() > Clock::now() + std::chrono::seconds(1))
         ran[r].back().insert("<no deadline>");  // nothing ran and nothing would wake us
     }
-  };
-  std::thread a(rank, 0, r0), b(rank, 1, r1);
-  a.join();
-  b.join();
+  });
   return ran;
 }
 
@@ -167,6 +106,5 @@ int main() {
       CHECK((ran[r][3] == S{"A"}));
     }
   }
-  std::printf("controller: %d failed\n", failures);
-  return failures ? 1 : 0;
+  return hvdl::test::finish("controller");
 }

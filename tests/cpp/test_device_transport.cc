@@ -2,8 +2,9 @@
 // a GPU: the few CUDA runtime calls they make are replaced by a fake in which a stream
 // is a queue of deferred work that runs only when something waits for it. A copy or a
 // reduction that the transports forget to order therefore really runs late (and the
-// data is wrong), as it could on a GPU. Ranks are threads over a strict in-process
-// transport (a receive must match a send of exactly its size). The ring allreduce over
+// data is wrong), as it could on a GPU. Ranks are threads over the harness's strict
+// transport (harness.h: a receive must match a send of exactly its size, and lands as
+// soon as both sides posted, as in MPI). The ring allreduce over
 // each adapter, with a reducer queued on the same fake stream, must equal the ring over
 // the plain transport bit for bit, at N = 1..5, many sizes and tiny segments.
 //
@@ -27,6 +28,7 @@
 #include "../../cuda/gpu_kernels.h"
 #include "collectives/ring_allreduce.h"
 #include "reduce/reduce.h"
+#include "harness.h"
 #include "transport/device_transport.h"
 
 // ---- the fake CUDA runtime: only what device_transport.cc calls ----
@@ -98,101 +100,25 @@ class QueuedReducer : public Reducer {
   FakeStream* s_;
 };
 
-// Like MPI, a message lands in the receiver's buffer as soon as both sides have posted,
-// whatever thread gets there second, not when the receiver waits: memory handed to a
-// transfer can change at any time until its wait returns.
-struct Hub {
-  explicit Hub(int n) : n(n) {}
-  struct Recv {
-    char* buf;
-    size_t bytes;
-    bool* done;
-  };
-  int n;
-  std::mutex mu;
-  std::condition_variable cv;
-  std::map<std::pair<int, int>, std::deque<std::vector<char>>> sent;  // (from, to) -> FIFO
-  std::map<std::pair<int, int>, std::deque<Recv>> posted;
-  void match(std::pair<int, int> key) {  // caller holds mu
-    auto& s = sent[key];
-    auto& p = posted[key];
-    while (!s.empty() && !p.empty()) {
-      if (s.front().size() != p.front().bytes)
-        die("rank " + std::to_string(key.second) + " expected " +
-            std::to_string(p.front().bytes) + " bytes, got " + std::to_string(s.front().size()));
-      if (p.front().bytes) std::memcpy(p.front().buf, s.front().data(), p.front().bytes);
-      *p.front().done = true;
-      s.pop_front();
-      p.pop_front();
-    }
-    cv.notify_all();
-  }
-  [[noreturn]] static void die(const std::string& m) {
-    std::fprintf(stderr, "FATAL: %s\n", m.c_str());
-    std::abort();
-  }
-};
-
-// Eager sends; receives match a peer's sends in posting order.
-class ThreadTransport : public Transport {
- public:
-  ThreadTransport(Hub& h, int rank) : h_(h), rank_(rank) {}
-  int rank() const override { return rank_; }
-  int size() const override { return h_.n; }
-  Op isend(int peer, const void* buf, size_t bytes) override {
-    std::lock_guard<std::mutex> l(h_.mu);
-    const char* p = static_cast<const char*>(buf);
-    h_.sent[{rank_, peer}].emplace_back(p, p + bytes);
-    done_.push_back(std::make_unique<bool>(true));
-    h_.match({rank_, peer});
-    return static_cast<Op>(done_.size() - 1);
-  }
-  Op irecv(int peer, void* buf, size_t bytes) override {
-    std::lock_guard<std::mutex> l(h_.mu);
-    done_.push_back(std::make_unique<bool>(false));
-    h_.posted[{peer, rank_}].push_back({static_cast<char*>(buf), bytes, done_.back().get()});
-    h_.match({peer, rank_});
-    return static_cast<Op>(done_.size() - 1);
-  }
-  void wait(Op op) override {
-    std::unique_lock<std::mutex> l(h_.mu);
-    bool* d = done_.at(op).get();
-    h_.cv.wait(l, [&] { return *d; });
-  }
-  void wait_all() override {
-    for (size_t i = 0; i < done_.size(); ++i) wait(static_cast<Op>(i));
-    done_.clear();
-  }
-  void allreduce_and(uint64_t*, size_t) override { Hub::die("unused"); }
-  std::vector<std::string> gather(const std::string&, int) override { Hub::die("unused"); }
-  void broadcast(std::string&, int) override { Hub::die("unused"); }
-  void barrier() override { Hub::die("unused"); }
-  void ring(uint64_t) override {}
-  uint64_t poll_ring() override { return 0; }
-
- private:
-  Hub& h_;
-  int rank_;
-  std::vector<std::unique_ptr<bool>> done_;
-};
-
 enum class Mode { kPlain, kStaged, kSynced };
+constexpr size_t kRingSegmentBytes = 256;       // many ring segments
+constexpr size_t kStagingSegmentBytes = 4096;  // many staged pieces (the least allowed)
 
 // Each rank reduces `rounds` buffers one after another (the arena is reused and grows).
 std::vector<std::vector<std::vector<char>>> run_ring(int n, size_t count, DataType dt, ReduceOp op,
                                                      Mode mode, int rounds) {
-  Hub hub(n);
+  auto world = test::ThreadWorldState::make(n);
+  std::vector<int> all(n);
+  for (int r = 0; r < n; ++r) all[r] = r;
   std::vector<std::vector<std::vector<char>>> out(n);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      ThreadTransport host(hub, r);
+  test::spawn(n, [&](int r) {
+      auto host = world->world(r)->create_group(all);
       FakeStream stream;
       QueuedReducer queued(&stream);
       std::unique_ptr<Transport> dev;
-      if (mode == Mode::kStaged) dev = make_staging_transport(host, &stream);
-      if (mode == Mode::kSynced) dev = make_stream_synced_transport(host, &stream);
-      Transport& t = dev ? *dev : host;
+      if (mode == Mode::kStaged) dev = make_staging_transport(*host, &stream, kStagingSegmentBytes);
+      if (mode == Mode::kSynced) dev = make_stream_synced_transport(*host, &stream);
+      Transport& t = dev ? *dev : *host;
       const Reducer& red = dev ? static_cast<const Reducer&>(queued) : cpu_reducer();
       HostBuffer scratch;
       std::mt19937 rng(1000 * r + static_cast<unsigned>(count));
@@ -204,13 +130,13 @@ std::vector<std::vector<std::vector<char>>> run_ring(int n, size_t count, DataTy
           if (dt == DataType::FLOAT32) reinterpret_cast<float*>(buf.data())[i] = v * 0.37f;
           else reinterpret_cast<int32_t*>(buf.data())[i] = v;
         }
-        ring_allreduce(t, red, buf.data(), c, dt, op, 0.5, scratch);
+        RingOptions ring;
+        ring.segment_bytes = kRingSegmentBytes;
+        ring_allreduce(t, red, buf.data(), c, dt, op, 0.5, scratch, ring);
         gpu::stream_synchronize(&stream);  // what the engine's Device::end does
         out[r].push_back(std::move(buf));
       }
-    });
-  }
-  for (auto& th : threads) th.join();
+  });
   return out;
 }
 
@@ -218,15 +144,13 @@ std::vector<std::vector<std::vector<char>>> run_ring(int n, size_t count, DataTy
 // by queued work right before isend; the receiver completes it with wait() or only
 // with wait_all(). Returns whether the receiver saw the data.
 bool direct_transfer(Mode mode, size_t bytes, bool wait_each) {
-  Hub hub(2);
+  auto world = test::ThreadWorldState::make(2);
   bool ok = false;
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 2; ++r) {
-    threads.emplace_back([&, r] {
-      ThreadTransport host(hub, r);
+  test::spawn(2, [&](int r) {
+      auto host = world->world(r)->create_group({0, 1});
       FakeStream stream;
-      auto dev = mode == Mode::kStaged ? make_staging_transport(host, &stream)
-                                       : make_stream_synced_transport(host, &stream);
+      auto dev = mode == Mode::kStaged ? make_staging_transport(*host, &stream, kStagingSegmentBytes)
+                                       : make_stream_synced_transport(*host, &stream);
       std::vector<char> buf(bytes, 0);
       for (int round = 1; round <= 3; ++round) {
         if (r == 0) {
@@ -243,9 +167,7 @@ bool direct_transfer(Mode mode, size_t bytes, bool wait_each) {
                (round == 1 || ok);
         }
       }
-    });
-  }
-  for (auto& th : threads) th.join();
+  });
   return ok;
 }
 
@@ -254,9 +176,6 @@ bool direct_transfer(Mode mode, size_t bytes, bool wait_each) {
 
 int main() {
   using namespace hvdl;
-  setenv("HOROVODLITE_RING_SEGMENT_BYTES", "256", 1);          // many ring segments
-  setenv("HOROVODLITE_GPU_STAGING_SEGMENT_BYTES", "4096", 1);  // many staged pieces
-  int failures = 0, checks = 0;
   for (int n = 1; n <= 5; ++n)
     for (size_t count : {size_t(0), size_t(1), size_t(7), size_t(1000), size_t(20011)})
       for (DataType dt : {DataType::FLOAT32, DataType::INT32})
@@ -264,28 +183,19 @@ int main() {
           auto ref = run_ring(n, count, dt, op, Mode::kPlain, 3);
           for (Mode mode : {Mode::kStaged, Mode::kSynced}) {
             auto got = run_ring(n, count, dt, op, mode, 3);
-            ++checks;
-            for (int r = 0; r < n; ++r)
-              if (got[r] != ref[r] || got[r] != got[0]) {
-                ++failures;
-                std::fprintf(stderr, "FAIL: %s n=%d count=%zu dtype=%s op=%s rank %d\n",
-                             mode == Mode::kStaged ? "staged" : "synced", n, count,
-                             dtype_name(dt), reduce_op_name(op), r);
-                break;
-              }
+            int bad = -1;
+            for (int r = 0; r < n && bad < 0; ++r)
+              if (got[r] != ref[r] || got[r] != got[0]) bad = r;
+            CHECK(bad < 0, "%s n=%d count=%zu dtype=%s op=%s rank %d",
+                  mode == Mode::kStaged ? "staged" : "synced", n, count, dtype_name(dt),
+                  reduce_op_name(op), bad);
           }
         }
   for (Mode mode : {Mode::kStaged, Mode::kSynced})
     for (size_t bytes : {size_t(0), size_t(5), size_t(10000)})
-      for (bool wait_each : {true, false}) {
-        ++checks;
-        if (!direct_transfer(mode, bytes, wait_each)) {
-          ++failures;
-          std::fprintf(stderr, "FAIL: direct %s transfer of %zu bytes (%s)\n",
-                       mode == Mode::kStaged ? "staged" : "synced", bytes,
-                       wait_each ? "wait" : "wait_all only");
-        }
-      }
-  std::printf("%d passed, %d failed\n", checks - failures, failures);
-  return failures ? 1 : 0;
+      for (bool wait_each : {true, false})
+        CHECK(direct_transfer(mode, bytes, wait_each), "direct %s transfer of %zu bytes (%s)",
+              mode == Mode::kStaged ? "staged" : "synced", bytes,
+              wait_each ? "wait" : "wait_all only");
+  return test::finish("device transports");
 }

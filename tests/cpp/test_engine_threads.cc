@@ -1,7 +1,9 @@
 // The whole engine (negotiation, fusion, every host allreduce path, the other
 // collectives, shutdown) with ranks as threads over tests/cpp/harness.h, over a grid:
-// 1..4 ranks x path (ring, shared memory, hierarchical on 1 or 2 hosts) x fusion on/off
-// x dtype x op x sizes (0, 1, odd, several pipeline steps). Results are checked against
+// 1..4 ranks x path (ring, shared memory with ordinary or streaming stores or the ring
+// picked by size, hierarchical on 1 or 2 hosts) x fusion on/off x dtype x op x sizes
+// (0, 1, odd, not divisible by the ranks, several pipeline steps); and the timed choice
+// (tensors of 1 MiB and more, rank 0 announcing each call's way) over many calls. Results are checked against
 // a reference and bitwise across ranks. Then faults: a peer that dies mid-run (every
 // survivor's collective fails with an error, nothing hangs) and one that freezes
 // (nothing completes while it is stopped, and all completes correctly after).
@@ -26,13 +28,22 @@ struct Path {
   const char* shm;       // SHM setting
   const char* hier;      // HIERARCHICAL_ALLREDUCE setting
   int hosts;             // simulated hosts (ranks split evenly)
+  const char* stream_in = nullptr;  // SHM_STREAM_IN_THRESHOLD (null: automatic)
+  const char* ring_at = nullptr;    // SHM_RING_THRESHOLD (null: automatic)
+  const char* label = nullptr;      // for messages, when name is not enough
 };
 const Path kPaths[] = {
     {"ring", "0", "auto", 1},
     {"shm", "1", "auto", 1},
+    // The shared-memory set's other contenders, fixed by size: streaming stores from 0
+    // bytes on, and the ring from 1 byte on.
+    {"shm", "1", "auto", 1, "0", nullptr, "shm streaming"},
+    {"shm", "1", "auto", 1, nullptr, "1", "shm's ring"},
     {"hierarchical", "1", "1", 1},
+    {"hierarchical", "1", "1", 1, "0", nullptr, "hierarchical streaming"},
     {"hierarchical", "1", "auto", 2},
 };
+const char* label(const Path& p) { return p.label ? p.label : p.name; }
 
 // Exact in every dtype and op here: small integers.
 double value(int rank, size_t i, int t) { return static_cast<double>((rank * 5 + i * 3 + t) % 7) - 2; }
@@ -75,6 +86,8 @@ Settings settings_for(const Path& p, bool fusion) {
   s.set(Setting::FUSION_THRESHOLD, fusion ? "67108864" : "0");
   s.set(Setting::CYCLE_TIME, "0.5");
   s.set(Setting::SHM_CHUNK_BYTES, "8192");  // several pipeline steps from a few KiB on
+  if (p.stream_in) s.set(Setting::SHM_STREAM_IN_THRESHOLD, p.stream_in);
+  if (p.ring_at) s.set(Setting::SHM_RING_THRESHOLD, p.ring_at);
   return s;
 }
 
@@ -138,7 +151,7 @@ void run_point(int n, const Path& path, bool fusion) {
     for (size_t i = 0; i < hs.size(); ++i) {
       auto h = e.handle(hs[i]);
       e.wait(*h);
-      CHECK(h->status.is_ok(), "n=%d %s: t%zu failed: %s", n, path.name, i, h->status.message().c_str());
+      CHECK(h->status.is_ok(), "n=%d %s: t%zu failed: %s", n, label(path), i, h->status.message().c_str());
       e.release(hs[i]);
     }
     // Broadcast from the last rank, through the same negotiation.
@@ -165,11 +178,11 @@ void run_point(int n, const Path& path, bool fusion) {
         bool ok = dt == DataType::FLOAT32   ? matches<float>(outs[0][t], count, n, op, t, &why)
                   : dt == DataType::FLOAT64 ? matches<double>(outs[0][t], count, n, op, t, &why)
                                             : matches<int32_t>(outs[0][t], count, n, op, t, &why);
-        CHECK(ok, "n=%d %s fusion=%d %s %s count %zu: %s", n, path.name, fusion, dtype_name(dt),
+        CHECK(ok, "n=%d %s fusion=%d %s %s count %zu: %s", n, label(path), fusion, dtype_name(dt),
               reduce_op_name(op), count, why.c_str());
-        CHECK(outs[0][t].back() == '\x5a', "n=%d %s: wrote past t%d", n, path.name, t);
+        CHECK(outs[0][t].back() == '\x5a', "n=%d %s: wrote past t%d", n, label(path), t);
         for (int r = 1; r < n; ++r)
-          CHECK(outs[r][t] == outs[0][t], "n=%d %s t%d: rank %d differs from rank 0", n, path.name, t, r);
+          CHECK(outs[r][t] == outs[0][t], "n=%d %s t%d: rank %d differs from rank 0", n, label(path), t, r);
         ++t;
       }
 }
@@ -188,7 +201,7 @@ void peer_dies(const Path& path) {
     auto h = e.handle(e.enqueue(allreduce("before", DataType::FLOAT32, ReduceOp::SUM, x.size(),
                                           x.data(), y.data())));
     e.wait(*h);
-    CHECK(h->status.is_ok() && y[0] == n, "%s: first allreduce: %s, %g", path.name,
+    CHECK(h->status.is_ok() && y[0] == n, "%s: first allreduce: %s, %g", label(path),
           h->status.message().c_str(), y[0]);
     // It dies between collectives (a death inside a shared-memory pass is the window's
     // business, tests/test_shm.py: threads share a pid, so the window cannot see it).
@@ -211,12 +224,12 @@ void peer_dies(const Path& path) {
         why = ex.what();
       }
       CHECK(failed[r] == 0 || why.find("died") != std::string::npos,
-            "%s: the error does not say a peer died: %s", path.name, why.c_str());
+            "%s: the error does not say a peer died: %s", label(path), why.c_str());
     }
     e.shutdown();
   });
   for (int r = 0; r < n - 1; ++r)
-    CHECK(failed[r] == 1, "%s: rank %d's allreduce after a peer died: %s", path.name, r,
+    CHECK(failed[r] == 1, "%s: rank %d's allreduce after a peer died: %s", label(path), r,
           failed[r] == 0 ? "succeeded" : "never ran");
 }
 
@@ -246,14 +259,70 @@ void peer_freezes(const Path& path) {
       world->thaw(1);
     }
     e.wait(*h);
-    CHECK(h->status.is_ok(), "%s: allreduce after a thaw failed: %s", path.name,
+    CHECK(h->status.is_ok(), "%s: allreduce after a thaw failed: %s", label(path),
           h->status.message().c_str());
     got[r] = y[49999];
     e.shutdown();
   });
-  CHECK(done_early == 0, "%s: an allreduce completed while a peer was frozen", path.name);
+  CHECK(done_early == 0, "%s: an allreduce completed while a peer was frozen", label(path));
   const float want = static_cast<float>(n * (n + 1) / 2);
-  for (int r = 0; r < n; ++r) CHECK(got[r] == want, "%s: rank %d got %g, want %g", path.name, r, got[r], want);
+  for (int r = 0; r < n; ++r) CHECK(got[r] == want, "%s: rank %d got %g, want %g", label(path), r, got[r], want);
+}
+
+// The shared-memory set's timed choice: tensors of 1 MiB and more are timed, and rank 0
+// announces each call's way (shm, shm streaming, ring); PathTuner tries every way twice
+// in a class's first six calls, so twelve calls of two sizes, alone and as a pair (a
+// batch is a class of its own), run each way several times. Every result must be
+// exact and bitwise the same on every rank, whichever way ran.
+void timed_choice(int n) {
+  const Path& shm = kPaths[1];
+  auto world = ThreadWorldState::make(n);
+  const std::vector<size_t> sizes = {262147, 600001};  // float32: 1 MiB + 12 B, 2.3 MiB
+  constexpr int kCalls = 12;
+  std::vector<std::vector<std::vector<float>>> outs(n);  // [rank][call * 4 + tensor]
+  spawn(n, [&](int r) {
+    Engine e;
+    e.init(world->world(r), settings_for(shm, true));
+    CHECK(e.allreduce_algorithm(0) == "shm", "timed n=%d: path %s", n, e.allreduce_algorithm(0).c_str());
+    for (int c = 0; c < kCalls; ++c) {
+      std::vector<std::vector<float>> ins;
+      for (size_t k = 0; k < 4; ++k) {
+        const size_t count = sizes[k % 2];
+        ins.emplace_back(count);
+        for (size_t i = 0; i < count; ++i) ins.back()[i] = static_cast<float>(value(r, i, c + int(k)));
+        outs[r].emplace_back(count, -1.0f);
+      }
+      // Two alone, one after the other, then two at once (one plan of two spans).
+      for (size_t k = 0; k < 4; ++k) {
+        std::vector<int64_t> hs;
+        for (size_t j = k; j < (k < 2 ? k + 1 : 4); ++j)
+          hs.push_back(e.enqueue(allreduce("c" + std::to_string(c) + "." + std::to_string(j),
+                                           DataType::FLOAT32, ReduceOp::SUM, ins[j].size(),
+                                           ins[j].data(), outs[r][c * 4 + j].data())));
+        for (int64_t id : hs) {
+          auto h = e.handle(id);
+          e.wait(*h);
+          CHECK(h->status.is_ok(), "timed n=%d call %d: %s", n, c, h->status.message().c_str());
+          e.release(id);
+        }
+        if (k >= 2) break;
+      }
+    }
+    e.shutdown();
+  });
+  for (int c = 0; c < kCalls; ++c)
+    for (size_t k = 0; k < 4; ++k) {
+      const std::vector<float>& got = outs[0][c * 4 + k];
+      size_t bad = got.size();
+      for (size_t i = 0; i < got.size() && bad == got.size(); ++i) {
+        double want = 0;
+        for (int q = 0; q < n; ++q) want += value(q, i, c + int(k));
+        if (got[i] != static_cast<float>(want)) bad = i;
+      }
+      CHECK(bad == got.size(), "timed n=%d call %d tensor %zu: element %zu wrong", n, c, k, bad);
+      for (int q = 1; q < n; ++q)
+        CHECK(outs[q][c * 4 + k] == got, "timed n=%d call %d tensor %zu: rank %d differs", n, c, k, q);
+    }
 }
 
 }  // namespace
@@ -270,7 +339,8 @@ int main(int argc, char** argv) {
           std::fprintf(stderr, "n=%d %s/%d hosts fusion=%d: %.2f s\n", n, p.name, p.hosts, fusion,
                        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
         }
-    CHECK(g_points == 26, "grid points run: %d", g_points);
+    CHECK(g_points == 50, "grid points run: %d", g_points);
+    for (int n = 2; n <= 4; ++n) timed_choice(n);
   }
   if (only == "grid") return finish("engine as threads");
   for (const Path& p : kPaths) {

@@ -4,8 +4,8 @@
 //
 // 1. partition.h: blocks tile [0, count) in order, sizes differ by at most one, the
 //    first count % parts blocks are the larger ones, for every count < parts too.
-// 2. The real ring_allreduce over an in-process transport (one thread per rank,
-//    FIFO mailboxes per ordered pair of ranks, like MPI's matching order) for
+// 2. The real ring_allreduce over the harness's thread transport (harness.h: one
+//    thread per rank, FIFO per ordered pair of ranks, like MPI's matching order) for
 //    N = 1..7, counts 0..(a few segments), several segment sizes: exact integer
 //    sums on every rank (in place), float results bitwise identical on every rank
 //    (out of place, input untouched), every
@@ -32,20 +32,15 @@
 
 #include "collectives/partition.h"
 #include "collectives/ring_allreduce.h"
+#include "harness.h"
 
 using namespace hvdl;
+using namespace hvdl::test;
 
 namespace {
 
-int g_failed = 0, g_passed = 0;
-
-void check(bool ok, const std::string& what) {
-  if (ok) {
-    ++g_passed;
-  } else if (++g_failed <= 20) {
-    std::printf("FAIL: %s\n", what.c_str());
-  }
-}
+// One CHECK for every test (harness.h); `what` says which case.
+void check(bool ok, const std::string& what) { CHECK(ok, "%s", what.c_str()); }
 
 // ---- 1. partition.h ----------------------------------------------------------------
 
@@ -68,105 +63,6 @@ void test_blocks() {
 }
 
 // ---- 2. the ring over an in-process transport -----------------------------------
-
-struct Mailbox {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::deque<std::string> msgs;  // FIFO: MPI matches messages of one pair in order
-};
-
-class Fabric {
- public:
-  explicit Fabric(int n) : n_(n), boxes_(n * n) {
-    for (auto& b : boxes_) b = std::make_unique<Mailbox>();
-  }
-  Mailbox& box(int from, int to) { return *boxes_[from * n_ + to]; }
-  int size() const { return n_; }
-  std::atomic<int> size_errors{0};
-
- private:
-  int n_;
-  std::vector<std::unique_ptr<Mailbox>> boxes_;
-};
-
-class ThreadTransport : public Transport {
- public:
-  ThreadTransport(Fabric& f, int rank) : f_(f), rank_(rank) {}
-  int rank() const override { return rank_; }
-  int size() const override { return f_.size(); }
-
-  // Sends are buffered (copied now), so they complete at once.
-  Op isend(int peer, const void* buf, size_t bytes) override {
-    check_peer(peer);
-    Mailbox& b = f_.box(rank_, peer);
-    {
-      std::lock_guard<std::mutex> l(b.mu);
-      b.msgs.emplace_back(static_cast<const char*>(buf), bytes);
-    }
-    b.cv.notify_all();
-    ops_.push_back({-1, nullptr, 0, true});
-    return static_cast<Op>(ops_.size() - 1);
-  }
-  Op irecv(int peer, void* buf, size_t bytes) override {
-    check_peer(peer);
-    ops_.push_back({peer, static_cast<char*>(buf), bytes, false});
-    order_[peer].push_back(static_cast<int>(ops_.size() - 1));
-    return static_cast<Op>(ops_.size() - 1);
-  }
-  // Receives complete in the order they were posted per peer (as in MPI).
-  void wait(Op op) override {
-    PendingOp& p = ops_.at(op);
-    while (!p.done) complete_next(p.peer);
-  }
-  void wait_all() override {
-    for (size_t i = 0; i < ops_.size(); ++i) wait(static_cast<Op>(i));
-    ops_.clear();
-    order_.clear();
-  }
-
-  void allreduce_and(uint64_t*, size_t) override { throw std::logic_error("not used by the ring"); }
-  std::vector<std::string> gather(const std::string&, int) override { throw std::logic_error("unused"); }
-  void broadcast(std::string&, int) override { throw std::logic_error("unused"); }
-  void barrier() override { throw std::logic_error("unused"); }
-  void ring(uint64_t) override {}
-  uint64_t poll_ring() override { return 0; }
-
- private:
-  struct PendingOp {
-    int peer;
-    char* buf;
-    size_t bytes;
-    bool done;
-  };
-  void check_peer(int peer) {
-    if (peer < 0 || peer >= f_.size() || peer == rank_)
-      throw std::logic_error("bad peer " + std::to_string(peer));
-  }
-  void complete_next(int peer) {
-    auto& q = order_[peer];
-    int idx = q.front();
-    q.pop_front();
-    Mailbox& b = f_.box(peer, rank_);
-    std::unique_lock<std::mutex> l(b.mu);
-    // A receive nobody sends to is a protocol bug (MPI would hang or match it with a
-    // later message): report it instead of hanging.
-    if (!b.cv.wait_for(l, std::chrono::seconds(5), [&] { return !b.msgs.empty(); }))
-      throw std::runtime_error("rank " + std::to_string(rank_) + " waits for a message from rank " +
-                               std::to_string(peer) + " that is never sent");
-    std::string m = std::move(b.msgs.front());
-    b.msgs.pop_front();
-    l.unlock();
-    PendingOp& p = ops_[idx];
-    if (m.size() != p.bytes) f_.size_errors++;
-    std::memcpy(p.buf, m.data(), std::min(m.size(), p.bytes));
-    p.done = true;
-  }
-
-  Fabric& f_;
-  int rank_;
-  std::vector<PendingOp> ops_;
-  std::map<int, std::deque<int>> order_;
-};
 
 // Plain reducer for the two element types the test uses.
 class TestReducer : public Reducer {
@@ -203,19 +99,14 @@ float float_value(int r, size_t i) { return 1.0f / static_cast<float>(3 + r * 13
 size_t g_segment_bytes = kDefaultRingSegmentBytes;
 
 void run_ring(int n, size_t count, double postscale) {
-  Fabric fabric(n);
   TestReducer red;
   std::vector<std::vector<int64_t>> ints(n, std::vector<int64_t>(count));
   std::vector<std::vector<float>> floats(n, std::vector<float>(count));
   std::vector<std::vector<float>> float_out(n, std::vector<float>(count, -12345.0f));
   for (int r = 0; r < n; ++r)
     for (size_t i = 0; i < count; ++i) ints[r][i] = int_value(r, i), floats[r][i] = float_value(r, i);
-  std::vector<std::string> errors(n);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        ThreadTransport t(fabric, r);
+  on_ranks(n, [&](Transport& t) {
+        const int r = t.rank();
         HostBuffer scratch;
         RingOptions seg;
         seg.segment_bytes = g_segment_bytes;
@@ -227,18 +118,11 @@ void run_ring(int n, size_t count, double postscale) {
         ring_allreduce(t, red, float_out[r].data(), count, DataType::FLOAT32, ReduceOp::SUM, 1.0,
                        scratch, oop);
         t.wait_all();
-      } catch (const std::exception& e) {
-        errors[r] = e.what();
-      }
-    });
-  }
-  for (auto& th : threads) th.join();
+  });
+  // on_ranks checked that no rank threw (a receive of the wrong size throws) and that
+  // no message was left unreceived.
   const std::string what = "ring n=" + std::to_string(n) + " count=" + std::to_string(count) +
                            " postscale=" + std::to_string(postscale);
-  for (int r = 0; r < n; ++r) check(errors[r].empty(), what + ": rank threw " + errors[r]);
-  check(fabric.size_errors == 0, what + ": a message size did not match its receive");
-  for (int b = 0; b < n * n; ++b)
-    check(fabric.box(b / n, b % n).msgs.empty(), what + ": messages left unreceived");
   bool ints_ok = true, floats_same = true, floats_close = true, input_kept = true;
   for (size_t i = 0; i < count; ++i) {
     int64_t sum = 0;
@@ -261,34 +145,23 @@ void run_ring(int n, size_t count, double postscale) {
 // Out-of-place reduce-scatter: rank r's block (r + shift) of dst is the full sum,
 // src is untouched.
 void run_reduce_scatter(int n, size_t count, int shift) {
-  Fabric fabric(n);
   TestReducer red;
   std::vector<std::vector<int64_t>> src(n, std::vector<int64_t>(count)), dst(n, std::vector<int64_t>(count, -1));
   for (int r = 0; r < n; ++r)
     for (size_t i = 0; i < count; ++i) src[r][i] = int_value(r, i);
   const auto orig = src;
   const RingBlocks blocks = RingBlocks::even(count, n);
-  std::vector<std::string> errors(n);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        ThreadTransport t(fabric, r);
-        HostBuffer scratch;
-        ring_reduce_scatter(t, red, src[r].data(), dst[r].data(), blocks, DataType::INT64,
-                            ReduceOp::SUM, shift, scratch, g_segment_bytes);
-        t.wait_all();
-      } catch (const std::exception& e) {
-        errors[r] = e.what();
-      }
-    });
-  }
-  for (auto& th : threads) th.join();
+  on_ranks(n, [&](Transport& t) {
+    const int r = t.rank();
+    HostBuffer scratch;
+    ring_reduce_scatter(t, red, src[r].data(), dst[r].data(), blocks, DataType::INT64,
+                        ReduceOp::SUM, shift, scratch, g_segment_bytes);
+    t.wait_all();
+  });
   const std::string what = "reduce-scatter n=" + std::to_string(n) + " count=" +
                            std::to_string(count) + " shift=" + std::to_string(shift);
   bool ok = true;
   for (int r = 0; r < n; ++r) {
-    check(errors[r].empty(), what + ": rank threw " + errors[r]);
     const int own = (r + shift) % n;
     for (size_t i = blocks.offset[own]; i < blocks.offset[own] + blocks.count[own]; ++i) {
       int64_t sum = 0;
@@ -298,11 +171,9 @@ void run_reduce_scatter(int n, size_t count, int shift) {
   }
   check(ok, what + ": own block is not the full sum");
   check(src == orig, what + ": the input was modified");
-  check(fabric.size_errors == 0, what + ": a message size did not match its receive");
 }
 
 void run_allgather(int n, const std::vector<size_t>& sizes, int shift) {
-  Fabric fabric(n);
   const RingBlocks blocks = RingBlocks::of_sizes(sizes);
   size_t total = 0;
   for (size_t b : sizes) total += b;
@@ -312,30 +183,18 @@ void run_allgather(int n, const std::vector<size_t>& sizes, int shift) {
     const int own = (r + shift) % n;
     for (size_t i = 0; i < blocks.count[own]; ++i) buf[r][blocks.offset[own] + i] = byte(own, i);
   }
-  std::vector<std::string> errors(n);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        ThreadTransport t(fabric, r);
-        ring_allgather(t, buf[r].data(), blocks, shift);
-        t.wait_all();
-      } catch (const std::exception& e) {
-        errors[r] = e.what();
-      }
-    });
-  }
-  for (auto& th : threads) th.join();
+  on_ranks(n, [&](Transport& t) {
+    ring_allgather(t, buf[t.rank()].data(), blocks, shift);
+    t.wait_all();
+  });
   std::string what = "allgather n=" + std::to_string(n) + " shift=" + std::to_string(shift) + " sizes";
   for (size_t b : sizes) what += " " + std::to_string(b);
   bool ok = true;
   for (int r = 0; r < n; ++r) {
-    check(errors[r].empty(), what + ": rank threw " + errors[r]);
     for (int b = 0; b < n; ++b)
       for (size_t i = 0; i < blocks.count[b]; ++i) ok = ok && buf[r][blocks.offset[b] + i] == byte(b, i);
   }
   check(ok, what + ": a block is missing or wrong");
-  check(fabric.size_errors == 0, what + ": a message size did not match its receive");
 }
 
 }  // namespace
@@ -366,6 +225,5 @@ int main(int argc, char** argv) {
       run_allgather(n, uneven, shift);
       run_allgather(n, with_empty, shift);
     }
-  std::printf("%d passed, %d failed\n", g_passed, g_failed);
-  return g_failed ? 1 : 0;
+  return finish("partition and ring");
 }

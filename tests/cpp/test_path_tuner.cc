@@ -11,17 +11,10 @@
 #include <vector>
 
 #include "collectives/path_tuner.h"
+#include "harness.h"
 
 using hvdl::PathTuner;
 
-static int failed = 0;
-#define CHECK(c)                                                \
-  do {                                                          \
-    if (!(c)) {                                                 \
-      std::printf("FAILED line %d: %s\n", __LINE__, #c);        \
-      ++failed;                                                 \
-    }                                                           \
-  } while (0)
 
 // Runs `calls` calls of `bytes` where option o costs cost[o] seconds per MiB; returns
 // how often each option was chosen.
@@ -100,6 +93,5 @@ int main() {
     auto c = drive(t, 2 * mib, {1.0, 4.0}, 500);
     CHECK(c[0] > 480 && c[1] >= 3);
   }
-  std::printf("path tuner: %d failed\n", failed);
-  return failed ? 1 : 0;
+  return hvdl::test::finish("path tuner");
 }

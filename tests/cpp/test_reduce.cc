@@ -23,6 +23,7 @@
 #include <immintrin.h>
 #endif
 
+#include "harness.h"
 #include "reduce/reduce.h"
 
 namespace hvdl {
@@ -42,16 +43,8 @@ using namespace hvdl;
 
 namespace {
 
-int g_passed = 0, g_failed = 0;
-
-void check(bool ok, const std::string& what) {
-  if (ok) {
-    ++g_passed;
-  } else {
-    ++g_failed;
-    if (g_failed <= 40) std::fprintf(stderr, "FAIL: %s\n", what.c_str());
-  }
-}
+// One CHECK for every C++ test (harness.h); `what` says which case.
+void check(bool ok, const std::string& what) { CHECK(ok, "%s", what.c_str()); }
 
 std::string hex(uint64_t v) {
   char b[24];
@@ -648,6 +641,5 @@ int main(int argc, char** argv) {
   test_errors_and_dispatch(argv[0]);
 #endif
 
-  std::printf("%d passed, %d failed\n", g_passed, g_failed);
-  return g_failed == 0 ? 0 : 1;
+  return hvdl::test::finish("reduce kernels");
 }

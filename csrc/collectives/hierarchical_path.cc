@@ -1,0 +1,82 @@
+// Several hosts with the same number of ranks each: shared memory inside each host and
+// a ring across hosts (hierarchical_allreduce.cc), overlapped chunk by chunk for large
+// buffers (hierarchical_pipeline.h). Many tensors are packed into one buffer by the op.
+#include <algorithm>
+#include <chrono>
+
+#include "allreduce_path.h"
+#include "hierarchical_allreduce.h"
+#include "hierarchical_pipeline.h"
+#include "path_tuner.h"
+#include "phase_observer.h"
+
+namespace hvdl {
+namespace {
+
+class HierarchicalPath final : public AllreducePath {
+ public:
+  HierarchicalPath(std::unique_ptr<ShmCollectives> local, std::unique_ptr<Transport> cross,
+                   const ShmOptions& o, bool cross_is_tcp)
+      : local_(std::move(local)), cross_(std::move(cross)), opts_(o), cross_is_tcp_(cross_is_tcp) {}
+  const char* name() const override { return "hierarchical"; }
+  bool can_run(const AllreducePlan&) const override { return true; }
+
+  void run(AllreducePlan& plan) override {
+    for (const Span& s : plan.spans)
+      run_one({s.in, s.out, s.count, plan.dt, plan.op, plan.prescale, plan.postscale}, *plan.red,
+              plan.ring);
+  }
+
+ private:
+  void run_one(const AllreduceArgs& a, const Reducer& red, const RingOptions& ring) {
+    // Each rank picks its own store mode (no result depends on it), by timing, and
+    // like the shared-memory choice keeps the last timed choice for calls too short to
+    // time.
+    const size_t bytes = a.count * dtype_size(a.dt);
+    const bool tuned = opts_.stream_in_threshold == ShmOptions::kAuto;
+    const bool timed = tuned && stream_.timed(bytes);
+    bool stream = tuned ? small_stream_ : opts_.fixed_stream(bytes);
+    if (timed) small_stream_ = stream = stream_.choose(bytes) == 1;
+    const auto t0 = std::chrono::steady_clock::now();
+    // Over direct TCP the cross-host ring takes segments of at least 4 MiB: two in
+    // flight then hold ~64 ms of a 1 Gbit/s link, so a rank that misses its turn on
+    // the cores for a while does not leave the link idle.
+    RingOptions cross_ring = ring;
+    if (cross_is_tcp_)
+      cross_ring.segment_bytes = std::max<size_t>(
+          ring.segment_bytes ? ring.segment_bytes : kDefaultRingSegmentBytes, size_t(4) << 20);
+    if (local_ && HierarchicalPipeline::chunks_for(bytes) > 1) {
+      if (!pipeline_) pipeline_ = std::make_unique<HierarchicalPipeline>(*local_, *cross_);
+      PhaseScope p(ring.phases, "HIERARCHICAL_PIPELINE");
+      pipeline_->run(red, a, stream, cross_ring);
+    } else {
+      HierarchicalOptions h;
+      h.local = local_.get();
+      h.cross = cross_.get();
+      h.scratch = &scratch_;
+      h.stream = stream;
+      h.ring = cross_ring;
+      hierarchical_allreduce(h, red, a);
+    }
+    if (timed) stream_.record(stream, bytes, seconds_since(t0));
+  }
+
+  std::unique_ptr<ShmCollectives> local_;  // null when this rank is alone on its host
+  std::unique_ptr<Transport> cross_;
+  std::unique_ptr<HierarchicalPipeline> pipeline_;  // after local_, cross_: stopped before them
+  HostBuffer scratch_;
+  ShmOptions opts_;
+  PathTuner stream_{2};  // [ordinary, non-temporal] stores in the local passes
+  bool small_stream_ = false;
+  bool cross_is_tcp_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<AllreducePath> make_hierarchical_path(std::unique_ptr<ShmCollectives> local,
+                                                      std::unique_ptr<Transport> cross,
+                                                      const ShmOptions& o, bool cross_is_tcp) {
+  return std::make_unique<HierarchicalPath>(std::move(local), std::move(cross), o, cross_is_tcp);
+}
+
+}  // namespace hvdl

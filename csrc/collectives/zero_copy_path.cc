@@ -1,0 +1,34 @@
+// Shared memory where the tensors lie (shm_zero_copy.cc), for tensors every rank
+// allocated in its shared arena: none moves fewer bytes, so it goes first whenever the
+// ranks agree it can. Whether all can is only known inside the call (the ranks exchange
+// their spans' offsets): can_run() answers for the size, and the call declines on every
+// rank alike when some rank's tensors are elsewhere.
+#include "allreduce_path.h"
+
+namespace hvdl {
+namespace {
+
+class ZeroCopyPath final : public AllreducePath {
+ public:
+  explicit ZeroCopyPath(std::shared_ptr<ShmCollectives> shm) : shm_(std::move(shm)) {}
+  const char* name() const override { return "zero copy"; }
+  // Below the size, asking (one exchange of offsets) would cost more than it saves.
+  bool can_run(const AllreducePlan& plan) const override { return plan.bytes() >= kFrom; }
+  bool takes_spans() const override { return true; }
+  void run(AllreducePlan& plan) override {
+    plan.declined = !shm_->zero_copy_allreduce(*plan.red, plan.spans, plan.dt, plan.op,
+                                               plan.prescale, plan.postscale);
+  }
+
+ private:
+  static constexpr size_t kFrom = 64u << 10;
+  std::shared_ptr<ShmCollectives> shm_;
+};
+
+}  // namespace
+
+std::unique_ptr<AllreducePath> make_zero_copy_path(std::shared_ptr<ShmCollectives> shm) {
+  return std::make_unique<ZeroCopyPath>(std::move(shm));
+}
+
+}  // namespace hvdl
