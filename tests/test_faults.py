@@ -121,14 +121,6 @@ def _shm_names():
         return set()
 
 
-@pytest.fixture(autouse=True)
-def _mpi_data_plane(monkeypatch):
-    # Known gap (issue 16, open): the cross-host TCP data plane's waits do not yet look at
-    # peer health, so a frozen or killed peer on another (pretend) host hangs them. These
-    # rows test the MPI data plane, whose waits do, until the TCP transport's do too.
-    monkeypatch.setenv("HOROVODLITE_TCP_TRANSPORT", "0")
-
-
 def _launch(tmp_path, mode, mpi_args="", env=None, timeout=120):
     """horovodlite-run -np 3 the job; returns (exit code, output, per-rank results,
     wall time, fault time)."""

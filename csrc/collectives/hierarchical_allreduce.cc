@@ -7,6 +7,7 @@
 #include "hierarchical_allreduce.h"
 
 
+#include "../transport/peer_health.h"
 #include "partition.h"
 #include "ring_allreduce.h"
 
@@ -18,14 +19,28 @@ void hierarchical_allreduce(ShmCollectives* local, Transport& cross, const Reduc
                             const RingOptions& ring) {
   const size_t es = dtype_size(dt);
   char* o = static_cast<char*>(out);
-  if (!local || local->size() == 1)
-    return ring_allreduce_host(cross, red, in, out, count, dt, op, prescale, postscale, scratch,
-                               ring);
-  const int nl = local->size(), lr = local->rank();
-  local->reduce_scatter(red, in, out, count, dt, op, prescale, 1.0, stream);
-  ring_allreduce(cross, red, o + block_offset(count, nl, lr) * es, block_count(count, nl, lr), dt,
-                 op, postscale, scratch, ring);
-  local->allgather(out, count, dt, stream);
+  try {
+    if (!local || local->size() == 1)
+      return ring_allreduce_host(cross, red, in, out, count, dt, op, prescale, postscale, scratch,
+                                 ring);
+    const int nl = local->size(), lr = local->rank();
+    local->reduce_scatter(red, in, out, count, dt, op, prescale, 1.0, stream);
+    ring_allreduce(cross, red, o + block_offset(count, nl, lr) * es, block_count(count, nl, lr),
+                   dt, op, postscale, scratch, ring);
+    local->allgather(out, count, dt, stream);
+  } catch (const std::exception& e) {
+    hierarchical_give_up(local, cross, e);
+    throw;
+  }
+}
+
+void hierarchical_give_up(ShmCollectives* local, Transport& cross, const std::exception& e) {
+  // The ranks on this host wait on us in shared memory: tell them at once (a peer's
+  // failure stays a PeerFailure there too).
+  if (local) local->abandon(e);
+  // The ranks on other hosts wait on us in the cross ring. A failed rank they find
+  // themselves (their heartbeat, their own connections); a local error they cannot.
+  if (!dynamic_cast<const PeerFailure*>(&e)) cross.abandon(e.what());
 }
 
 }  // namespace hvdl

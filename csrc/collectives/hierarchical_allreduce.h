@@ -19,4 +19,9 @@ void hierarchical_allreduce(ShmCollectives* local, Transport& cross, const Reduc
                             double prescale, double postscale, HostBuffer& scratch, bool stream,
                             const RingOptions& ring);
 
+// What a rank does when it cannot finish a hierarchical allreduce because of `e`:
+// every peer waiting on it, on this host (shared memory) and across hosts (the cross
+// transport), is told, so none waits for its part. `local` may be null.
+void hierarchical_give_up(ShmCollectives* local, Transport& cross, const std::exception& e);
+
 }  // namespace hvdl

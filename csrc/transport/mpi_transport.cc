@@ -16,6 +16,7 @@
 #include "mpi_failures.h"
 #include "mpi_heartbeat.h"
 #include "peer_health.h"
+#include "watched_wait.h"
 #include "world.h"
 
 namespace hvdl {
@@ -33,12 +34,12 @@ void check(int rc, const char* what) {
 // We wait politely instead: test briefly, then yield, then sleep with a growing
 // interval. Each MPI_Test also drives progress (e.g. the single-copy transfers).
 // No wait is without a way out: an error return (a failed peer under ULFM, a revoked
-// communicator) and a failure of one of `members` (world ranks) that PeerHealth
-// knows of both end it with a PeerFailure.
-// `check()` runs once a millisecond of waiting: it throws to end the wait (a failed
-// member, a peer that abandoned the collective). Short waits never pay for it.
+// communicator) ends it, and once a millisecond of waiting `watch` (watched_wait.h:
+// a failed member, the deadline if it has one) and `check()` (a peer that abandoned
+// the collective) may end it with an exception. Short waits never pay for them.
 template <class Check>
-void wait_polite(MPI_Request* reqs, int n, MPI_Comm comm, const char* what, Check&& check) {
+void wait_polite(MPI_Request* reqs, int n, MPI_Comm comm, const char* what, WaitWatch& watch,
+                 Check&& check) {
   using namespace std::chrono;
   auto start = steady_clock::now();
   auto checked = start;
@@ -53,8 +54,8 @@ void wait_polite(MPI_Request* reqs, int n, MPI_Comm comm, const char* what, Chec
     if (waited < microseconds(20)) continue;
     if (now - checked >= milliseconds(1)) {
       checked = now;
+      watch.check();
       check();
-      PeerHealth::beat();
     }
     if (waited < microseconds(200)) {
       std::this_thread::yield();
@@ -72,12 +73,17 @@ constexpr uint64_t kAbandoned = UINT64_MAX;
 
 class MpiTransport : public Transport {
  public:
-  explicit MpiTransport(MPI_Comm base) {
+  // `also_watched`: world ranks whose failure ends this group's waits besides its
+  // members' (transport.h, watched_ranks()).
+  explicit MpiTransport(MPI_Comm base, const std::vector<int>& also_watched = {}) {
     check(MPI_Comm_dup(base, &data_), "MPI_Comm_dup");
     check(MPI_Comm_dup(base, &ctrl_), "MPI_Comm_dup");
     check(MPI_Comm_dup(base, &bell_), "MPI_Comm_dup");
     for (MPI_Comm c : {data_, ctrl_, bell_}) mpi_failures::adopt(c);
     members_ = mpi_failures::world_ranks_of(data_);
+    watched_ = members_;
+    for (int r : also_watched)
+      if (std::find(watched_.begin(), watched_.end(), r) == watched_.end()) watched_.push_back(r);
     MPI_Comm_rank(data_, &rank_);
     MPI_Comm_size(data_, &size_);
     bell_out_.assign(size_, 0);
@@ -121,10 +127,11 @@ class MpiTransport : public Transport {
     MPI_Comm_free(&data_);
   }
 
-  void check_alive() const override {
-    PeerHealth::get().check(&members_);
-    if (!abandoned_.empty()) throw std::runtime_error(abandoned_);
-  }
+  // Also reads the wake-ups that arrived (keeping the rounds for poll_ring()), so a
+  // peer's notice that it abandoned a collective is seen by whoever waits outside.
+  void check_alive() override { watch(); }
+  const std::vector<int>* world_ranks() const override { return &members_; }
+  const std::vector<int>* watched_ranks() const override { return &watched_; }
 
   void abandon(const std::string& why) override {
     drain();
@@ -303,15 +310,18 @@ class MpiTransport : public Transport {
     ops_.clear();
   }
 
+  // No deadline: a collective waits as long as its peers are alive (a frozen one is
+  // declared dead by the heartbeat after the peer timeout).
   void wait(MPI_Request* reqs, int n, MPI_Comm comm, const char* what) {
-    wait_polite(reqs, n, comm, what, [this] { watch(); });
+    WaitWatch w(&watched_, 0, what);
+    wait_polite(reqs, n, comm, what, w, [this] { watch(); });
   }
 
   // While waiting on the data or negotiation plane: a failed member or a peer that
   // abandoned a collective ends the wait. Wake-ups that arrive meanwhile are kept for
   // the next poll_ring().
   void watch() {
-    PeerHealth::get().check(&members_);
+    PeerHealth::get().check(&watched_);
     for (;;) {
       int flag = 0;
       MPI_Status st;
@@ -338,7 +348,7 @@ class MpiTransport : public Transport {
     PeerHealth& h = PeerHealth::get();
     if (!h.any_failed()) return false;
     try {
-      h.check(&members_);
+      h.check(&watched_);
       return false;
     } catch (const PeerFailure&) {
       return true;
@@ -347,6 +357,7 @@ class MpiTransport : public Transport {
 
   MPI_Comm data_, ctrl_, bell_;
   std::vector<int> members_;  // world ranks, by rank in this group
+  std::vector<int> watched_;  // members_ and the ranks of the group it was split from
   std::string abandoned_;     // non-empty: a collective was given up half way
   uint64_t early_ring_ = 0;   // a wake-up seen while waiting on something else
   static inline uint64_t kAbandonedValue = kAbandoned;
@@ -360,8 +371,8 @@ class MpiTransport : public Transport {
 };
 
 // A transport over its own duplicate of `sub`, which is then freed.
-std::unique_ptr<Transport> adopt(MPI_Comm sub) {
-  auto t = std::make_unique<MpiTransport>(sub);
+std::unique_ptr<Transport> adopt(MPI_Comm sub, const std::vector<int>& also_watched = {}) {
+  auto t = std::make_unique<MpiTransport>(sub, also_watched);
   MPI_Comm_free(&sub);
   return t;
 }
@@ -380,7 +391,7 @@ MPI_Comm split_members(MPI_Comm base, const std::vector<int>& ranks, int me) {
 std::unique_ptr<Transport> MpiTransport::split(int color, int key) {
   MPI_Comm sub;
   check(MPI_Comm_split(ctrl_, color, key, &sub), "MPI_Comm_split");
-  return adopt(sub);
+  return adopt(sub, watched_);
 }
 
 bool g_we_initialized = false;
