@@ -35,6 +35,10 @@ out_dir, mode = sys.argv[1], sys.argv[2]
 if mode.endswith("-remote"):  # every rank on a "host" of its own: no pidfd, no shm
     os.environ["HOROVODLITE_HOSTNAME_OVERRIDE"] = "h" + os.environ["OMPI_COMM_WORLD_RANK"]
     mode = mode[:-len("-remote")]
+if mode.endswith("-hier"):  # two ranks per pretend host: shared memory and the cross ring
+    os.environ["HOROVODLITE_HOSTNAME_OVERRIDE"] = "h%d" % (int(os.environ["OMPI_COMM_WORLD_RANK"]) // 2)
+    os.environ["HOROVODLITE_HIERARCHICAL_ALLREDUCE"] = "1"
+    mode = mode[:-len("-hier")]
 hvd.init()
 r = hvd.rank()
 victim = hvd.size() - 1
@@ -121,9 +125,9 @@ def _shm_names():
         return set()
 
 
-def _launch(tmp_path, mode, mpi_args="", env=None, timeout=120):
-    """horovodlite-run -np 3 the job; returns (exit code, output, per-rank results,
-    wall time, fault time)."""
+def _launch(tmp_path, mode, mpi_args="", env=None, timeout=120, np_=3, where=("--oversubscribe",)):
+    """horovodlite-run -np np_ the job (`where`: the launcher's placement options); returns
+    (exit code, output, per-rank results, wall time, fault time)."""
     job = _write_job(tmp_path)
     out_dir = tmp_path / "out"
     out_dir.mkdir()
@@ -133,7 +137,7 @@ def _launch(tmp_path, mode, mpi_args="", env=None, timeout=120):
               "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"})
     e.update(env or {})
     before = _shm_names()
-    args = [sys.executable, "-m", "horovodlite.run", "-np", "3", "--oversubscribe"]
+    args = [sys.executable, "-m", "horovodlite.run", "-np", str(np_), *where]
     if mpi_args:
         args += ["--mpi-args", mpi_args]
     args += [sys.executable, str(job), str(out_dir), mode]
@@ -167,7 +171,7 @@ def _launch(tmp_path, mode, mpi_args="", env=None, timeout=120):
     # Other jobs on this machine may make segments meanwhile; ours carry our pids or
     # live in the launcher's own folder (gone by now).
     results = {}
-    for r in range(3):
+    for r in range(np_):
         f = out_dir / f"rank{r}.json"
         if f.exists():
             results[r] = json.loads(f.read_text())
@@ -189,8 +193,8 @@ def _report(row, results, fault_time, wall):
     return worst
 
 
-def _check_survivors(mode, results, victim, out):
-    survivors = [r for r in range(3) if r != victim]
+def _check_survivors(mode, results, victim, out, np_=3):
+    survivors = [r for r in range(np_) if r != victim]
     # The first survivor to exit without finalizing a broken world makes mpirun end
     # the job, which may end the other one in its shutdown: one of them must get there.
     assert any("shutdown_s" in results.get(r, {}) for r in survivors), (mode, out[-4000:])
@@ -211,30 +215,49 @@ def _check_survivors(mode, results, victim, out):
     ("kill", ""),                   # the default launcher ends the job
     ("kill", "--with-ft ulfm"),     # survivors left alive: they must find out themselves
     ("stop", ""),                   # a frozen peer: only the heartbeat can tell
-    ("stop-remote", ""),            # ... on another host
-    ("kill-remote", "--with-ft ulfm"),  # a dead peer on another host: MPI's error reports
+    ("stop-remote", ""),            # ... on another host (the cross ring over TCP)
+    ("kill-remote", "--with-ft ulfm"),  # a dead peer on another host: its connections break
+    ("stop-hier", ""),              # 2 pretend hosts x 2: shared memory, then TCP across
+    ("kill-hier", "--with-ft ulfm"),
 ])
 def test_dead_or_frozen_rank(tmp_path, mode, mpi_args):
-    rc, out, results, wall, fault_time = _launch(tmp_path, mode, mpi_args)
+    _dead_or_frozen(tmp_path, mode, mpi_args, np_=4 if mode.endswith("-hier") else 3)
+
+
+@pytest.mark.parametrize("mode,mpi_args", [
+    ("stop", ""),
+    ("kill", "--with-ft ulfm"),
+])
+def test_dead_or_frozen_rank_on_a_simulated_host(tmp_path, local_cluster, mode, mpi_args):
+    """The same on simulated hosts (network namespaces joined by 1 Gbit/s links, one
+    rank each): the cross-host data runs over the TCP transport between real addresses,
+    and the victim's host-mates are none (no pidfd, no shared memory to tell)."""
+    _dead_or_frozen(tmp_path, mode, mpi_args, np_=3, where=("--local-cluster", "3x1"),
+                    row=f"{mode} on simulated hosts 3x1")
+
+
+def _dead_or_frozen(tmp_path, mode, mpi_args, np_, where=("--oversubscribe",), row=None):
+    victim = np_ - 1
+    rc, out, results, wall, fault_time = _launch(tmp_path, mode, mpi_args, np_=np_, where=where)
     # (under ULFM the job may end well: the survivors caught the error and shut down)
     assert rc != 0 or mpi_args, out[-3000:]
     # The launcher says once which rank failed first and why.
     lines = [ln for ln in out.splitlines() if "failed first" in ln]
-    assert len(lines) == 1 and "rank 2 (host" in lines[0], out[-3000:]
-    row = f"{mode}{' ' + mpi_args if mpi_args else ''}"
+    assert len(lines) == 1 and f"rank {victim} (host" in lines[0], out[-3000:]
+    row = (row or mode) + (" " + mpi_args if mpi_args else "")
     worst = _report(row, results, fault_time, wall)
     if mode == "kill" and not mpi_args:
         # mpirun itself ends the job at once; survivors that got to raise first did so
         # naming the rank (they may also have been ended before that).
         for r, res in results.items():
             if res.get("first_error"):
-                assert "rank 2" in res["first_error"], res
+                assert f"rank {victim}" in res["first_error"], res
         return
-    _check_survivors(row, results, 2, out)
+    _check_survivors(row, results, victim, out, np_)
     assert worst <= PEER_TIMEOUT + 3, (row, worst)  # generous: the machine is shared
     if mode.startswith("stop"):
         assert "no heartbeat" in results[0]["first_error"], results[0]
-    for r in (0, 1):  # the tensors in flight are named (the running one, or the list)
+    for r in range(victim):  # the tensors in flight are named (the running one, or the list)
         assert "'large'" in results[r]["first_error"] or "'small." in results[r]["first_error"], \
             results[r]
 
