@@ -377,9 +377,84 @@ std::unique_ptr<Transport> adopt(MPI_Comm sub, const std::vector<int>& also_watc
   return t;
 }
 
+// ---- leaving and arriving ----
+// A rank whose script ends (it may have shut down cleanly after its set failed) calls
+// MPI_Finalize and waits there for the others; a peer that calls hvd.init() again
+// meanwhile would wait for it forever in the communicator's creation. So a leaving
+// process first says so to every rank, on a communicator of its own made at MPI_Init,
+// and every collective that makes communicators (init, add_process_set) waits for
+// its peers through arrive(), which fails on such a note instead of hanging.
+MPI_Comm g_farewell = MPI_COMM_NULL;  // a dup of MPI_COMM_WORLD, for those notes only
+std::vector<char> g_left;             // by MPI_COMM_WORLD rank: its note has arrived
+// A communicator creation we gave up on is still pending: MPI_Finalize could wait for
+// it forever, so the process exits without it (the launcher then ends the job).
+bool g_abandoned_creation = false;
+
+void say_farewell() {
+  if (g_farewell == MPI_COMM_NULL) return;
+  int me = 0, n = 1;
+  MPI_Comm_rank(g_farewell, &me);
+  MPI_Comm_size(g_farewell, &n);
+  static const uint8_t note = 1;
+  for (int p = 0; p < n; ++p) {
+    if (p == me) continue;
+    MPI_Request r;  // tiny, so sent eagerly: nobody has to be receiving
+    if (MPI_Isend(&note, 1, MPI_BYTE, p, 0, g_farewell, &r) == MPI_SUCCESS) MPI_Request_free(&r);
+  }
+}
+
+// World ranks of MPI_COMM_WORLD whose farewell arrived, among `comm`'s members.
+std::vector<int> departed_members(MPI_Comm comm) {
+  if (g_farewell == MPI_COMM_NULL) return {};
+  for (;;) {
+    int flag = 0;
+    MPI_Status st;
+    if (MPI_Iprobe(MPI_ANY_SOURCE, 0, g_farewell, &flag, &st) != MPI_SUCCESS || !flag) break;
+    uint8_t v;
+    MPI_Recv(&v, 1, MPI_BYTE, st.MPI_SOURCE, 0, g_farewell, MPI_STATUS_IGNORE);
+    if (st.MPI_SOURCE >= 0 && st.MPI_SOURCE < static_cast<int>(g_left.size())) g_left[st.MPI_SOURCE] = 1;
+  }
+  std::vector<int> out;
+  MPI_Group world, mine;
+  MPI_Comm_group(MPI_COMM_WORLD, &world);
+  MPI_Comm_group(comm, &mine);
+  int n = 0;
+  MPI_Group_size(mine, &n);
+  std::vector<int> in(n), as_world(n, MPI_UNDEFINED);
+  for (int i = 0; i < n; ++i) in[i] = i;
+  MPI_Group_translate_ranks(mine, n, in.data(), world, as_world.data());
+  for (int w : as_world)
+    if (w >= 0 && w < static_cast<int>(g_left.size()) && g_left[w]) out.push_back(w);
+  MPI_Group_free(&world);
+  MPI_Group_free(&mine);
+  return out;
+}
+
+// Waits until every rank of `comm` has reached this point (a non-blocking barrier),
+// watching for the farewell of a member and, in a running world (`in_world`), the
+// way every wait does (watched_wait.h: any declared failure of it). Not at init: the
+// failures PeerHealth knows of then are the previous world's. `what` names the call.
+void arrive(MPI_Comm comm, const char* what, bool in_world) {
+  MPI_Request r;
+  check(MPI_Ibarrier(comm, &r), what);
+  WaitWatch w(nullptr, 0, what, in_world);
+  wait_polite(&r, 1, comm, what, w, [&] {
+    auto gone = departed_members(comm);
+    if (gone.empty()) return;
+    g_abandoned_creation = true;
+    std::string list;
+    for (int g : gone) list += (list.empty() ? "" : ", ") + std::to_string(g);
+    throw std::runtime_error(std::string("horovodlite: ") + what + ": rank(s) " + list +
+                             " of MPI_COMM_WORLD have left (their script ended and called "
+                             "MPI_Finalize); MPI cannot make a new group with them");
+  });
+}
+
 // The ranks of `base` listed in `ranks`, in that order, as a new communicator;
-// MPI_COMM_NULL on the others. Collective over `base`.
-MPI_Comm split_members(MPI_Comm base, const std::vector<int>& ranks, int me) {
+// MPI_COMM_NULL on the others. Collective over `base`; fails (instead of waiting
+// forever) when a rank of `base` has died or left (arrive()).
+MPI_Comm split_members(MPI_Comm base, const std::vector<int>& ranks, int me, bool in_world) {
+  arrive(base, in_world ? "adding a process set (MPI_Comm_split)" : "hvd.init(comm=ranks)", in_world);
   auto it = std::find(ranks.begin(), ranks.end(), me);
   const bool member = it != ranks.end();
   MPI_Comm sub;
@@ -400,10 +475,12 @@ void finalize_at_exit() {
   // MPI_Finalize is collective in practice: after a peer was lost it can wait for
   // that peer forever. A broken world is left unfinalized; the process just exits
   // (the launcher then reports it, which is what a failed job should get).
-  if (PeerHealth::get().ever_failed()) return;
+  if (PeerHealth::get().ever_failed() || g_abandoned_creation) return;
   int fin = 0;
   MPI_Finalized(&fin);
-  if (!fin) MPI_Finalize();
+  if (fin) return;
+  say_farewell();
+  MPI_Finalize();
 }
 
 void ensure_mpi_initialized() {
@@ -413,6 +490,11 @@ void ensure_mpi_initialized() {
   int provided = 0;
   check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided), "MPI_Init_thread");
   g_we_initialized = true;
+  check(MPI_Comm_dup(MPI_COMM_WORLD, &g_farewell), "MPI_Comm_dup");  // every rank starts here
+  MPI_Comm_set_errhandler(g_farewell, MPI_ERRORS_RETURN);
+  int n = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  g_left.assign(n, 0);
   // MPI can be initialised only once per process, so it lives until exit and
   // init() -> shutdown() -> init() reuses it; mpirun expects MPI_Finalize before exit.
   std::atexit(finalize_at_exit);
@@ -467,7 +549,7 @@ class MpiWorld : public World {
   bool threads_supported() const override { return threads_; }
 
   std::unique_ptr<Transport> create_group(const std::vector<int>& ranks) override {
-    MPI_Comm sub = split_members(comm_, ranks, topo_.rank);
+    MPI_Comm sub = split_members(comm_, ranks, topo_.rank, true);
     return sub == MPI_COMM_NULL ? nullptr : adopt(sub);
   }
 
@@ -508,11 +590,12 @@ std::unique_ptr<World> make_mpi_world(long long fortran_comm, const std::vector<
   MPI_Comm base = fortran_comm < 0 ? MPI_COMM_WORLD : MPI_Comm_f2c(static_cast<MPI_Fint>(fortran_comm));
   MPI_Comm comm;
   if (ranks.empty()) {
+    arrive(base, "hvd.init()", false);  // then the dup cannot wait for a rank that left
     check(MPI_Comm_dup(base, &comm), "MPI_Comm_dup");
   } else {
     int me = 0;
     MPI_Comm_rank(base, &me);
-    comm = split_members(base, ranks, me);
+    comm = split_members(base, ranks, me, false);
     if (comm == MPI_COMM_NULL)
       throw std::invalid_argument("init(comm=ranks): rank " + std::to_string(me) +
                                   " is not in the given rank list");

@@ -28,9 +28,10 @@ class WaitWatch {
 
   // `members`: world ranks whose failure ends the wait (nullptr: any rank's failure);
   // must outlive the watch. `limit_s` <= 0: no deadline, liveness only. `what` names
-  // the wait and the setting that bounds it, for the message.
-  WaitWatch(const std::vector<int>* members, double limit_s, const char* what)
-      : members_(members), limit_s_(limit_s), what_(what), since_(Clock::now()) {}
+  // the wait and the setting that bounds it, for the message. `health` false: the
+  // members' health is not watched (at init, PeerHealth still holds the last world).
+  WaitWatch(const std::vector<int>* members, double limit_s, const char* what, bool health = true)
+      : members_(members), limit_s_(limit_s), what_(what), health_(health), since_(Clock::now()) {}
 
   // Something moved: the deadline starts again.
   void progress() { since_ = Clock::now(); }
@@ -48,7 +49,7 @@ class WaitWatch {
   void check(int suspect = -1) const {
     PeerHealth& h = PeerHealth::get();
     PeerHealth::beat();
-    h.check(members_);
+    if (health_) h.check(members_);
     if (limit_s_ > 0 && idle_s() > limit_s_) {
       char buf[200];
       std::snprintf(buf, sizeof buf, "nothing moved for %.0f s in %s", idle_s(), what_);
@@ -65,6 +66,7 @@ class WaitWatch {
   const std::vector<int>* members_;
   double limit_s_;
   const char* what_;
+  bool health_;
   Clock::time_point since_;
 };
 
