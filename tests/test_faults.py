@@ -66,15 +66,25 @@ if mode == "raise" and r == 1:
         f.write(repr(time.time()))
     raise ValueError("boom in rank 1's own code")
 if mode in ("kill", "stop", "raise"):
-    hs = [hvd.allreduce_async(np.ones(4 << 20, np.float32), name="large")]
-    hs += [hvd.allreduce_async(np.ones(64, np.float32), name=f"small.{i}") for i in range(200)]
     errors = []
+    def failed(e):
+        errors.append(str(e))
+        result.setdefault("raised_at", time.time())
+    hs = []
+    # A survivor may learn of the failure before it even submits (a host-mate's exit
+    # is seen at once): then the submission itself raises, as every later one does.
+    for name, x in [("large", np.ones(4 << 20, np.float32))] + \
+            [(f"small.{i}", np.ones(64, np.float32)) for i in range(200)]:
+        try:
+            hs.append(hvd.allreduce_async(x, name=name))
+        except hvd.HorovodInternalError as e:
+            result.setdefault("in_flight", len(hs))  # how many were when it first failed
+            failed(e)
     for h in hs:
         try:
             hvd.synchronize(h)
         except hvd.HorovodInternalError as e:
-            errors.append(str(e))
-            result.setdefault("raised_at", time.time())
+            failed(e)
     result["errors"] = len(errors)
     result["first_error"] = errors[0] if errors else None
     try:  # later collectives fail at once too
@@ -153,6 +163,7 @@ def _launch(tmp_path, mode, mpi_args="", env=None, timeout=120, np_=3, where=("-
         out, _ = proc.communicate()
         pytest.fail(f"{mode}: the job hung for {timeout} s:\n{out[-5000:]}")
     wall = time.time() - t0
+    (tmp_path / "job_output.txt").write_text(out)  # the whole of it, for a failed row
     # The job has ended: nothing of it may remain, neither processes nor shm files.
     deadline = time.time() + 10
     while _our_processes(str(tmp_path)) and time.time() < deadline:
@@ -258,6 +269,8 @@ def _dead_or_frozen(tmp_path, mode, mpi_args, np_, where=("--oversubscribe",), r
     if mode.startswith("stop"):
         assert "no heartbeat" in results[0]["first_error"], results[0]
     for r in range(victim):  # the tensors in flight are named (the running one, or the list)
+        if results[r].get("in_flight") == 0:
+            continue  # it failed before it submitted any: none to name
         assert "'large'" in results[r]["first_error"] or "'small." in results[r]["first_error"], \
             results[r]
 
