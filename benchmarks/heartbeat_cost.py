@@ -15,7 +15,8 @@ import numpy as np
 import horovodlite as hvd
 
 SETTINGS = ("0", "30", "1")
-SIZES = {"4 KiB x 2000": (1024, 2000), "1 MiB x 200": (1 << 18, 200), "16 MiB x 20": (1 << 22, 20)}
+REPEATS = int(os.environ.get("HEARTBEAT_COST_REPEATS", "5"))  # rounds of A B C
+SIZES = {"4 KiB x 2000": (1024, 2000), "1 MiB x 200": (1 << 18, 200), "64 MiB x 5": (1 << 24, 5)}
 
 
 def loop(n_floats, iters):
@@ -48,7 +49,7 @@ def heartbeat_thread():
 def main():
     samples = {(s, k): [] for s in SETTINGS for k in SIZES}
     beat = {s: [] for s in SETTINGS}
-    for _ in range(3):
+    for _ in range(REPEATS):
         for s in SETTINGS:
             os.environ["HOROVODLITE_PEER_TIMEOUT_SECONDS"] = s
             hvd.init()

@@ -145,6 +145,9 @@ def _launch(tmp_path, mode, mpi_args="", env=None, timeout=120, np_=3, where=("-
     e["PYTHONPATH"] = os.pathsep.join([str(ROOT), e.get("PYTHONPATH", "")])
     e.update({"PYTHONUNBUFFERED": "1", "HOROVODLITE_PEER_TIMEOUT_SECONDS": str(PEER_TIMEOUT),
               "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"})
+    report = tmp_path / "report"  # the launcher's failure notes, kept for the checks below
+    report.mkdir()
+    e["HOROVODLITE_FAILURE_REPORT_DIR"] = str(report)
     e.update(env or {})
     before = _shm_names()
     args = [sys.executable, "-m", "horovodlite.run", "-np", str(np_), *where]
@@ -172,27 +175,37 @@ def _launch(tmp_path, mode, mpi_args="", env=None, timeout=120, np_=3, where=("-
     for pid in left:
         os.kill(pid, signal.SIGKILL)
     assert not left, f"{mode}: processes left after the job: {left}\n{out[-3000:]}"
-    deadline = time.time() + 10  # the launcher removes its folder as the job ends
-    while any(n.startswith("horovodlite-run-") for n in _shm_names() - before) and \
-            time.time() < deadline:
-        time.sleep(0.2)
-    new_shm = {n for n in _shm_names() - before
-               if n.startswith(("horovodlite", "sm_segment", "vader"))
-               and (Path("/dev/shm") / n).stat().st_mtime >= t0}
-    # Other jobs on this machine may make segments meanwhile; ours carry our pids or
-    # live in the launcher's own folder (gone by now).
     results = {}
     for r in range(np_):
         f = out_dir / f"rank{r}.json"
         if f.exists():
             results[r] = json.loads(f.read_text())
+    # Other jobs on this machine make files there meanwhile (other launchers' folders,
+    # segments): ours carry our ranks' pids, or are what our ranks noted they mapped.
     pids = {str(res["pid"]) for res in results.values()}
-    ours = {n for n in new_shm if n.startswith("horovodlite") and
-            (n.startswith("horovodlite-run-") or any(p in n for p in pids))}
+    ours = {n for n in _shm_names() - before
+            if n.startswith("horovodlite") and any(p in n for p in pids)}
     assert not ours, f"{mode}: left in /dev/shm: {ours}"
+    # OpenMPI's own segments of this job (each rank noted what it mapped), and the
+    # launcher's folder that held them: none is left (it removes both as the job ends).
+    noted = _noted_segments(report)
+    if "--local-cluster" not in where:  # one rank per host there: no shared memory
+        assert noted, f"{mode}: no rank noted its OpenMPI segments"
+    folders = {str(Path(p).parent) for p in noted
+               if Path(p).parent.name.startswith("horovodlite-run-")}
+    deadline = time.time() + 10
+    while any(Path(p).exists() for p in noted | folders) and time.time() < deadline:
+        time.sleep(0.2)
+    left = sorted(p for p in noted | folders if Path(p).exists())
+    assert not left, f"{mode}: left behind: {left}"
     fault = out_dir / "fault_time"
     fault_time = float(fault.read_text()) if fault.exists() else None
     return proc.returncode, out, results, wall, fault_time
+
+
+def _noted_segments(report):
+    return {ln.strip() for f in Path(report).glob("shm.rank*")
+            for ln in f.read_text().splitlines() if ln.strip()}
 
 
 def _report(row, results, fault_time, wall):
@@ -511,3 +524,41 @@ def test_init_after_a_rank_left_fails_instead_of_hanging():
         assert "rank(s) 1 of MPI_COMM_WORLD have left" in msg, (r, results[r])
         worst = max(worst, took)
     print(f"\nFAULT-ROW init after a rank left: worst detection {worst:.2f} s")
+
+
+_KILLED = r"""
+import os, signal, sys
+import numpy as np
+import horovodlite as hvd
+hvd.init()
+hvd.allreduce(np.ones(4), name="warm")  # every rank has mapped its segment
+if hvd.rank() == 1:
+    os.kill(os.getpid(), signal.SIGKILL)
+hvd.allreduce(np.ones(4), name="never")
+"""
+
+
+def test_launcher_removes_the_segments_of_its_dead_ranks(tmp_path):
+    """Where OpenMPI's segments are not in the launcher's own folder (here the user chose
+    the backing directory), a rank killed outright leaves its segment behind: after the
+    job horovodlite-run removes exactly the job's (what its ranks noted), nothing else."""
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    decoy = shm / "sm_segment.otherhost.0.deadbeef.0"  # another job's: must stay
+    decoy.write_bytes(b"x")
+    report = tmp_path / "report"
+    report.mkdir()
+    job = tmp_path / "killed.py"
+    job.write_text(_KILLED)
+    e = dict(os.environ)
+    e["PYTHONPATH"] = os.pathsep.join([str(ROOT), e.get("PYTHONPATH", "")])
+    e.update({"OMPI_MCA_btl_sm_backing_directory": str(shm), "HOROVODLITE_FAILURE_REPORT_DIR": str(report),
+              "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"})
+    proc = subprocess.run([sys.executable, "-m", "horovodlite.run", "-np", "3", "--oversubscribe",
+                           sys.executable, str(job)], env=e, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode != 0, proc.stdout + proc.stderr
+    noted = _noted_segments(report)
+    assert noted and all(str(shm) in p for p in noted), noted
+    assert not [p for p in noted if Path(p).exists()], (noted, os.listdir(shm))
+    assert decoy.exists()
