@@ -562,3 +562,31 @@ def test_launcher_removes_the_segments_of_its_dead_ranks(tmp_path):
     assert noted and all(str(shm) in p for p in noted), noted
     assert not [p for p in noted if Path(p).exists()], (noted, os.listdir(shm))
     assert decoy.exists()
+
+
+def test_add_process_set_with_a_frozen_rank_fails_instead_of_hanging():
+    """add_process_set is collective over the world: with rank 2 frozen (SIGSTOP), the
+    others' call must fail once the heartbeat declares it dead, naming it, instead of
+    waiting in the communicator's creation forever."""
+    results = run(3, """
+    import os, signal, time
+    def main(hvd):
+        hvd.allreduce(np.ones(2), name="warm")
+        if hvd.rank() == 2:
+            os.kill(os.getpid(), signal.SIGSTOP)
+        t = time.time()
+        try:
+            hvd.add_process_set(hvd.ProcessSet([0, 2]))  # a new set: [0, 1, 2] is the global one
+            return ("added", time.time() - t)
+        except Exception as e:
+            return (str(e), time.time() - t)
+    """, timeout=120, allow_failure=True, init_kwargs={"process_sets": "dynamic"},
+        env={"HOROVODLITE_PEER_TIMEOUT_SECONDS": str(PEER_TIMEOUT)})
+    worst = 0.0
+    for r in (0, 1):
+        assert results[r] is not None, results
+        msg, took = results[r]
+        assert "rank 2" in msg and "no heartbeat" in msg, (r, results[r])
+        worst = max(worst, took)
+    assert worst <= PEER_TIMEOUT + 3, worst
+    print(f"\nFAULT-ROW add_process_set with a frozen rank: worst detection {worst:.2f} s")
