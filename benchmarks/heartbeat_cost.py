@@ -1,6 +1,6 @@
 """What the liveness heartbeat costs while training: allreduce loops with the heartbeat
 off (HOROVODLITE_PEER_TIMEOUT_SECONDS=0) and on (the default 30 s, and a 1 s timeout,
-i.e. ten beats a second), interleaved in one launch (A B C A B C ...), medians; and
+i.e. ten beats a second), interleaved in one launch (A B C, B C A, C A B, ...), medians; and
 the heartbeat thread's own CPU time and wake-ups (from /proc, immune to the noise of
 a shared machine).
 
@@ -15,7 +15,8 @@ import numpy as np
 import horovodlite as hvd
 
 SETTINGS = ("0", "30", "1")
-SIZES = {"4 KiB x 2000": (1024, 2000), "1 MiB x 200": (1 << 18, 200), "16 MiB x 20": (1 << 22, 20)}
+REPEATS = int(os.environ.get("HEARTBEAT_COST_REPEATS", "5"))  # rounds of A B C
+SIZES = {"4 KiB x 2000": (1024, 2000), "1 MiB x 200": (1 << 18, 200), "64 MiB x 5": (1 << 24, 5)}
 
 
 def loop(n_floats, iters):
@@ -48,8 +49,10 @@ def heartbeat_thread():
 def main():
     samples = {(s, k): [] for s in SETTINGS for k in SIZES}
     beat = {s: [] for s in SETTINGS}
-    for _ in range(3):
-        for s in SETTINGS:
+    for i in range(REPEATS):
+        # Rotated each round (A B C, B C A, ...): no setting always runs first after
+        # the previous one's shutdown.
+        for s in SETTINGS[i % len(SETTINGS):] + SETTINGS[:i % len(SETTINGS)]:
             os.environ["HOROVODLITE_PEER_TIMEOUT_SECONDS"] = s
             hvd.init()
             t0, h0 = time.perf_counter(), heartbeat_thread()

@@ -9,6 +9,27 @@ import time
 
 _installed = False
 
+# OpenMPI's shared-memory segments (btl/sm, and vader in older releases): a rank killed
+# outright leaves its own in /dev/shm. Which ones this rank maps is noted for the
+# launcher, which removes those of the job that still exist after it ended.
+OPENMPI_SEGMENT_PREFIXES = ("sm_segment.", "vader")
+
+
+def _note_segments(folder, rank):
+    try:
+        with open("/proc/self/maps") as f:
+            paths = {ln.split()[-1] for ln in f if len(ln.split()) >= 6}
+    except OSError:
+        return
+    mine = sorted(p for p in paths if os.path.basename(p).startswith(OPENMPI_SEGMENT_PREFIXES))
+    if not mine:
+        return
+    try:
+        with open(os.path.join(folder, f"shm.rank{rank}"), "w") as f:
+            f.write("\n".join(mine) + "\n")  # one word a line: not a note for first_failure()
+    except OSError:
+        pass
+
 
 def install(rank):
     global _installed
@@ -18,6 +39,7 @@ def install(rank):
     if _installed or not folder or not os.path.isdir(folder):
         return
     _installed = True
+    _note_segments(folder, rank)
     previous = sys.excepthook
 
     def note(kind, exc_type, exc):

@@ -35,6 +35,10 @@ out_dir, mode = sys.argv[1], sys.argv[2]
 if mode.endswith("-remote"):  # every rank on a "host" of its own: no pidfd, no shm
     os.environ["HOROVODLITE_HOSTNAME_OVERRIDE"] = "h" + os.environ["OMPI_COMM_WORLD_RANK"]
     mode = mode[:-len("-remote")]
+if mode.endswith("-hier"):  # two ranks per pretend host: shared memory and the cross ring
+    os.environ["HOROVODLITE_HOSTNAME_OVERRIDE"] = "h%d" % (int(os.environ["OMPI_COMM_WORLD_RANK"]) // 2)
+    os.environ["HOROVODLITE_HIERARCHICAL_ALLREDUCE"] = "1"
+    mode = mode[:-len("-hier")]
 hvd.init()
 r = hvd.rank()
 victim = hvd.size() - 1
@@ -62,15 +66,25 @@ if mode == "raise" and r == 1:
         f.write(repr(time.time()))
     raise ValueError("boom in rank 1's own code")
 if mode in ("kill", "stop", "raise"):
-    hs = [hvd.allreduce_async(np.ones(4 << 20, np.float32), name="large")]
-    hs += [hvd.allreduce_async(np.ones(64, np.float32), name=f"small.{i}") for i in range(200)]
     errors = []
+    def failed(e):
+        errors.append(str(e))
+        result.setdefault("raised_at", time.time())
+    hs = []
+    # A survivor may learn of the failure before it even submits (a host-mate's exit
+    # is seen at once): then the submission itself raises, as every later one does.
+    for name, x in [("large", np.ones(4 << 20, np.float32))] + \
+            [(f"small.{i}", np.ones(64, np.float32)) for i in range(200)]:
+        try:
+            hs.append(hvd.allreduce_async(x, name=name))
+        except hvd.HorovodInternalError as e:
+            result.setdefault("in_flight", len(hs))  # how many were when it first failed
+            failed(e)
     for h in hs:
         try:
             hvd.synchronize(h)
         except hvd.HorovodInternalError as e:
-            errors.append(str(e))
-            result.setdefault("raised_at", time.time())
+            failed(e)
     result["errors"] = len(errors)
     result["first_error"] = errors[0] if errors else None
     try:  # later collectives fail at once too
@@ -121,17 +135,9 @@ def _shm_names():
         return set()
 
 
-@pytest.fixture(autouse=True)
-def _mpi_data_plane(monkeypatch):
-    # Known gap (issue 16, open): the cross-host TCP data plane's waits do not yet look at
-    # peer health, so a frozen or killed peer on another (pretend) host hangs them. These
-    # rows test the MPI data plane, whose waits do, until the TCP transport's do too.
-    monkeypatch.setenv("HOROVODLITE_TCP_TRANSPORT", "0")
-
-
-def _launch(tmp_path, mode, mpi_args="", env=None, timeout=120):
-    """horovodlite-run -np 3 the job; returns (exit code, output, per-rank results,
-    wall time, fault time)."""
+def _launch(tmp_path, mode, mpi_args="", env=None, timeout=120, np_=3, where=("--oversubscribe",)):
+    """horovodlite-run -np np_ the job (`where`: the launcher's placement options); returns
+    (exit code, output, per-rank results, wall time, fault time)."""
     job = _write_job(tmp_path)
     out_dir = tmp_path / "out"
     out_dir.mkdir()
@@ -139,9 +145,12 @@ def _launch(tmp_path, mode, mpi_args="", env=None, timeout=120):
     e["PYTHONPATH"] = os.pathsep.join([str(ROOT), e.get("PYTHONPATH", "")])
     e.update({"PYTHONUNBUFFERED": "1", "HOROVODLITE_PEER_TIMEOUT_SECONDS": str(PEER_TIMEOUT),
               "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"})
+    report = tmp_path / "report"  # the launcher's failure notes, kept for the checks below
+    report.mkdir()
+    e["HOROVODLITE_FAILURE_REPORT_DIR"] = str(report)
     e.update(env or {})
     before = _shm_names()
-    args = [sys.executable, "-m", "horovodlite.run", "-np", "3", "--oversubscribe"]
+    args = [sys.executable, "-m", "horovodlite.run", "-np", str(np_), *where]
     if mpi_args:
         args += ["--mpi-args", mpi_args]
     args += [sys.executable, str(job), str(out_dir), mode]
@@ -157,6 +166,7 @@ def _launch(tmp_path, mode, mpi_args="", env=None, timeout=120):
         out, _ = proc.communicate()
         pytest.fail(f"{mode}: the job hung for {timeout} s:\n{out[-5000:]}")
     wall = time.time() - t0
+    (tmp_path / "job_output.txt").write_text(out)  # the whole of it, for a failed row
     # The job has ended: nothing of it may remain, neither processes nor shm files.
     deadline = time.time() + 10
     while _our_processes(str(tmp_path)) and time.time() < deadline:
@@ -165,27 +175,37 @@ def _launch(tmp_path, mode, mpi_args="", env=None, timeout=120):
     for pid in left:
         os.kill(pid, signal.SIGKILL)
     assert not left, f"{mode}: processes left after the job: {left}\n{out[-3000:]}"
-    deadline = time.time() + 10  # the launcher removes its folder as the job ends
-    while any(n.startswith("horovodlite-run-") for n in _shm_names() - before) and \
-            time.time() < deadline:
-        time.sleep(0.2)
-    new_shm = {n for n in _shm_names() - before
-               if n.startswith(("horovodlite", "sm_segment", "vader"))
-               and (Path("/dev/shm") / n).stat().st_mtime >= t0}
-    # Other jobs on this machine may make segments meanwhile; ours carry our pids or
-    # live in the launcher's own folder (gone by now).
     results = {}
-    for r in range(3):
+    for r in range(np_):
         f = out_dir / f"rank{r}.json"
         if f.exists():
             results[r] = json.loads(f.read_text())
+    # Other jobs on this machine make files there meanwhile (other launchers' folders,
+    # segments): ours carry our ranks' pids, or are what our ranks noted they mapped.
     pids = {str(res["pid"]) for res in results.values()}
-    ours = {n for n in new_shm if n.startswith("horovodlite") and
-            (n.startswith("horovodlite-run-") or any(p in n for p in pids))}
+    ours = {n for n in _shm_names() - before
+            if n.startswith("horovodlite") and any(p in n for p in pids)}
     assert not ours, f"{mode}: left in /dev/shm: {ours}"
+    # OpenMPI's own segments of this job (each rank noted what it mapped), and the
+    # launcher's folder that held them: none is left (it removes both as the job ends).
+    noted = _noted_segments(report)
+    if "--local-cluster" not in where:  # one rank per host there: no shared memory
+        assert noted, f"{mode}: no rank noted its OpenMPI segments"
+    folders = {str(Path(p).parent) for p in noted
+               if Path(p).parent.name.startswith("horovodlite-run-")}
+    deadline = time.time() + 10
+    while any(Path(p).exists() for p in noted | folders) and time.time() < deadline:
+        time.sleep(0.2)
+    left = sorted(p for p in noted | folders if Path(p).exists())
+    assert not left, f"{mode}: left behind: {left}"
     fault = out_dir / "fault_time"
     fault_time = float(fault.read_text()) if fault.exists() else None
     return proc.returncode, out, results, wall, fault_time
+
+
+def _noted_segments(report):
+    return {ln.strip() for f in Path(report).glob("shm.rank*")
+            for ln in f.read_text().splitlines() if ln.strip()}
 
 
 def _report(row, results, fault_time, wall):
@@ -197,8 +217,8 @@ def _report(row, results, fault_time, wall):
     return worst
 
 
-def _check_survivors(mode, results, victim, out):
-    survivors = [r for r in range(3) if r != victim]
+def _check_survivors(mode, results, victim, out, np_=3):
+    survivors = [r for r in range(np_) if r != victim]
     # The first survivor to exit without finalizing a broken world makes mpirun end
     # the job, which may end the other one in its shutdown: one of them must get there.
     assert any("shutdown_s" in results.get(r, {}) for r in survivors), (mode, out[-4000:])
@@ -219,30 +239,51 @@ def _check_survivors(mode, results, victim, out):
     ("kill", ""),                   # the default launcher ends the job
     ("kill", "--with-ft ulfm"),     # survivors left alive: they must find out themselves
     ("stop", ""),                   # a frozen peer: only the heartbeat can tell
-    ("stop-remote", ""),            # ... on another host
-    ("kill-remote", "--with-ft ulfm"),  # a dead peer on another host: MPI's error reports
+    ("stop-remote", ""),            # ... on another host (the cross ring over TCP)
+    ("kill-remote", "--with-ft ulfm"),  # a dead peer on another host: its connections break
+    ("stop-hier", ""),              # 2 pretend hosts x 2: shared memory, then TCP across
+    ("kill-hier", "--with-ft ulfm"),
 ])
 def test_dead_or_frozen_rank(tmp_path, mode, mpi_args):
-    rc, out, results, wall, fault_time = _launch(tmp_path, mode, mpi_args)
+    _dead_or_frozen(tmp_path, mode, mpi_args, np_=4 if mode.endswith("-hier") else 3)
+
+
+@pytest.mark.parametrize("mode,mpi_args", [
+    ("stop", ""),
+    ("kill", "--with-ft ulfm"),
+])
+def test_dead_or_frozen_rank_on_a_simulated_host(tmp_path, local_cluster, mode, mpi_args):
+    """The same on simulated hosts (network namespaces joined by 1 Gbit/s links, one
+    rank each): the cross-host data runs over the TCP transport between real addresses,
+    and the victim's host-mates are none (no pidfd, no shared memory to tell)."""
+    _dead_or_frozen(tmp_path, mode, mpi_args, np_=3, where=("--local-cluster", "3x1"),
+                    row=f"{mode} on simulated hosts 3x1")
+
+
+def _dead_or_frozen(tmp_path, mode, mpi_args, np_, where=("--oversubscribe",), row=None):
+    victim = np_ - 1
+    rc, out, results, wall, fault_time = _launch(tmp_path, mode, mpi_args, np_=np_, where=where)
     # (under ULFM the job may end well: the survivors caught the error and shut down)
     assert rc != 0 or mpi_args, out[-3000:]
     # The launcher says once which rank failed first and why.
     lines = [ln for ln in out.splitlines() if "failed first" in ln]
-    assert len(lines) == 1 and "rank 2 (host" in lines[0], out[-3000:]
-    row = f"{mode}{' ' + mpi_args if mpi_args else ''}"
+    assert len(lines) == 1 and f"rank {victim} (host" in lines[0], out[-3000:]
+    row = (row or mode) + (" " + mpi_args if mpi_args else "")
     worst = _report(row, results, fault_time, wall)
     if mode == "kill" and not mpi_args:
         # mpirun itself ends the job at once; survivors that got to raise first did so
         # naming the rank (they may also have been ended before that).
         for r, res in results.items():
             if res.get("first_error"):
-                assert "rank 2" in res["first_error"], res
+                assert f"rank {victim}" in res["first_error"], res
         return
-    _check_survivors(row, results, 2, out)
+    _check_survivors(row, results, victim, out, np_)
     assert worst <= PEER_TIMEOUT + 3, (row, worst)  # generous: the machine is shared
     if mode.startswith("stop"):
         assert "no heartbeat" in results[0]["first_error"], results[0]
-    for r in (0, 1):  # the tensors in flight are named (the running one, or the list)
+    for r in range(victim):  # the tensors in flight are named (the running one, or the list)
+        if results[r].get("in_flight") == 0:
+            continue  # it failed before it submitted any: none to name
         assert "'large'" in results[r]["first_error"] or "'small." in results[r]["first_error"], \
             results[r]
 
@@ -406,8 +447,6 @@ def test_local_errors_fail_the_name_on_every_rank():
     print(f"\nFAULT-ROW local errors on one rank ({len(_EXPECTED)} kinds): job {time.time() - t:.1f} s")
 
 
-@pytest.mark.skip(reason="intermittent hang since the many-hosts and no-hang work met "
-                         "(1 run of 2 here); open in issue 16")
 def test_collective_given_up_half_way_on_one_rank():
     """Rank 1 cannot allocate an allgather's output (an address-space limit of its own),
     so the collective fails there while it runs: the peers must not wait for its data,
@@ -418,6 +457,9 @@ def test_collective_given_up_half_way_on_one_rank():
         out = {}
         x = np.ones((1 << 20,), np.float32)  # 4 MiB per rank
         hvd.allgather(x, name="warm")
+        # Made before the limit: only the engine's allocation of the output may fail
+        # (numpy's own MemoryError would leave rank 1 out of the collective entirely).
+        huge = np.ones((64 << 20,), np.uint8)
         if hvd.rank() == 1:
             soft, hard = resource.getrlimit(resource.RLIMIT_AS)
             with open("/proc/self/statm") as f:
@@ -425,7 +467,7 @@ def test_collective_given_up_half_way_on_one_rank():
             resource.setrlimit(resource.RLIMIT_AS, (used + (64 << 20), hard))
         t = time.time()
         try:
-            hvd.allgather(np.ones((64 << 20,), np.uint8), name="huge")  # 192 MiB out
+            hvd.allgather(huge, name="huge")  # 192 MiB out
             out["huge"] = None
         except hvd.HorovodInternalError as e:
             out["huge"] = str(e)
@@ -452,3 +494,99 @@ def test_collective_given_up_half_way_on_one_rank():
         assert out["again"] == [3.0, 3.0], (r, out)
         worst = max(worst, out["took"])
     print(f"\nFAULT-ROW collective given up half way on one rank: worst detection {worst:.2f} s")
+
+
+def test_init_after_a_rank_left_fails_instead_of_hanging():
+    """Rank 1's script ends (it shuts down and exits, waiting in MPI_Finalize for the
+    others); the others shut down and call init() again: MPI cannot make a world
+    without rank 1, so init() must raise, naming it, instead of waiting forever in the
+    communicator's creation. (This was the intermittent hang of the half-way row: rank
+    1 sometimes failed in numpy before it submitted, and left.)"""
+    results = run(3, """
+    import time
+    def main(hvd):
+        hvd.allreduce(np.ones(2), name="warm")
+        if hvd.rank() == 1:
+            return "left"
+        time.sleep(1)  # rank 1 is gone by now
+        hvd.shutdown()
+        t = time.time()
+        try:
+            hvd.init()
+            return ("init worked", time.time() - t)
+        except Exception as e:
+            return (str(e), time.time() - t)
+    """, timeout=120, allow_failure=True)
+    assert results[1] == "left", results
+    worst = 0.0
+    for r in (0, 2):
+        msg, took = results[r]
+        assert "rank(s) 1 of MPI_COMM_WORLD have left" in msg, (r, results[r])
+        worst = max(worst, took)
+    print(f"\nFAULT-ROW init after a rank left: worst detection {worst:.2f} s")
+
+
+_KILLED = r"""
+import os, signal, sys
+import numpy as np
+import horovodlite as hvd
+hvd.init()
+hvd.allreduce(np.ones(4), name="warm")  # every rank has mapped its segment
+if hvd.rank() == 1:
+    os.kill(os.getpid(), signal.SIGKILL)
+hvd.allreduce(np.ones(4), name="never")
+"""
+
+
+def test_launcher_removes_the_segments_of_its_dead_ranks(tmp_path):
+    """Where OpenMPI's segments are not in the launcher's own folder (here the user chose
+    the backing directory), a rank killed outright leaves its segment behind: after the
+    job horovodlite-run removes exactly the job's (what its ranks noted), nothing else."""
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    decoy = shm / "sm_segment.otherhost.0.deadbeef.0"  # another job's: must stay
+    decoy.write_bytes(b"x")
+    report = tmp_path / "report"
+    report.mkdir()
+    job = tmp_path / "killed.py"
+    job.write_text(_KILLED)
+    e = dict(os.environ)
+    e["PYTHONPATH"] = os.pathsep.join([str(ROOT), e.get("PYTHONPATH", "")])
+    e.update({"OMPI_MCA_btl_sm_backing_directory": str(shm), "HOROVODLITE_FAILURE_REPORT_DIR": str(report),
+              "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"})
+    proc = subprocess.run([sys.executable, "-m", "horovodlite.run", "-np", "3", "--oversubscribe",
+                           sys.executable, str(job)], env=e, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode != 0, proc.stdout + proc.stderr
+    noted = _noted_segments(report)
+    assert noted and all(str(shm) in p for p in noted), noted
+    assert not [p for p in noted if Path(p).exists()], (noted, os.listdir(shm))
+    assert decoy.exists()
+
+
+def test_add_process_set_with_a_frozen_rank_fails_instead_of_hanging():
+    """add_process_set is collective over the world: with rank 2 frozen (SIGSTOP), the
+    others' call must fail once the heartbeat declares it dead, naming it, instead of
+    waiting in the communicator's creation forever."""
+    results = run(3, """
+    import os, signal, time
+    def main(hvd):
+        hvd.allreduce(np.ones(2), name="warm")
+        if hvd.rank() == 2:
+            os.kill(os.getpid(), signal.SIGSTOP)
+        t = time.time()
+        try:
+            hvd.add_process_set(hvd.ProcessSet([0, 2]))  # a new set: [0, 1, 2] is the global one
+            return ("added", time.time() - t)
+        except Exception as e:
+            return (str(e), time.time() - t)
+    """, timeout=120, allow_failure=True, init_kwargs={"process_sets": "dynamic"},
+        env={"HOROVODLITE_PEER_TIMEOUT_SECONDS": str(PEER_TIMEOUT)})
+    worst = 0.0
+    for r in (0, 1):
+        assert results[r] is not None, results
+        msg, took = results[r]
+        assert "rank 2" in msg and "no heartbeat" in msg, (r, results[r])
+        worst = max(worst, took)
+    assert worst <= PEER_TIMEOUT + 3, worst
+    print(f"\nFAULT-ROW add_process_set with a frozen rank: worst detection {worst:.2f} s")

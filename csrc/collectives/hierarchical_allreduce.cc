@@ -7,6 +7,7 @@
 #include "hierarchical_allreduce.h"
 
 
+#include "../transport/peer_health.h"
 #include "partition.h"
 #include "ring_allreduce.h"
 
@@ -17,12 +18,26 @@ void hierarchical_allreduce(const HierarchicalOptions& h, const Reducer& red,
   const size_t es = dtype_size(a.dt);
   char* o = static_cast<char*>(a.out);
   ShmCollectives* local = h.local;
-  if (!local || local->size() == 1) return ring_allreduce_host(*h.cross, red, *h.scratch, a, h.ring);
-  const int nl = local->size(), lr = local->rank();
-  local->reduce_scatter(red, a.in, a.out, a.count, a.dt, a.op, a.prescale, 1.0, h.stream);
-  ring_allreduce(*h.cross, red, o + block_offset(a.count, nl, lr) * es,
-                 block_count(a.count, nl, lr), a.dt, a.op, a.postscale, *h.scratch, h.ring);
-  local->allgather(a.out, a.count, a.dt, h.stream);
+  try {
+    if (!local || local->size() == 1) return ring_allreduce_host(*h.cross, red, *h.scratch, a, h.ring);
+    const int nl = local->size(), lr = local->rank();
+    local->reduce_scatter(red, a.in, a.out, a.count, a.dt, a.op, a.prescale, 1.0, h.stream);
+    ring_allreduce(*h.cross, red, o + block_offset(a.count, nl, lr) * es,
+                   block_count(a.count, nl, lr), a.dt, a.op, a.postscale, *h.scratch, h.ring);
+    local->allgather(a.out, a.count, a.dt, h.stream);
+  } catch (const std::exception& e) {
+    hierarchical_give_up(local, *h.cross, e);
+    throw;
+  }
+}
+
+void hierarchical_give_up(ShmCollectives* local, Transport& cross, const std::exception& e) {
+  // The ranks on this host wait on us in shared memory: tell them at once (a peer's
+  // failure stays a PeerFailure there too).
+  if (local) local->abandon(e);
+  // The ranks on other hosts wait on us in the cross ring. A failed rank they find
+  // themselves (their heartbeat, their own connections); a local error they cannot.
+  if (!dynamic_cast<const PeerFailure*>(&e)) cross.abandon(e.what());
 }
 
 }  // namespace hvdl

@@ -26,4 +26,9 @@ struct HierarchicalOptions {
 void hierarchical_allreduce(const HierarchicalOptions& h, const Reducer& red,
                             const AllreduceArgs& a);
 
+// What a rank does when it cannot finish a hierarchical allreduce because of `e`:
+// every peer waiting on it, on this host (shared memory) and across hosts (the cross
+// transport), is told, so none waits for its part. `local` may be null.
+void hierarchical_give_up(ShmCollectives* local, Transport& cross, const std::exception& e);
+
 }  // namespace hvdl

@@ -1,7 +1,11 @@
 #include "hierarchical_pipeline.h"
 
 #include <algorithm>
+#include <chrono>
 
+#include "../transport/peer_health.h"
+#include "../transport/watched_wait.h"
+#include "hierarchical_allreduce.h"
 #include "partition.h"
 
 namespace hvdl {
@@ -30,9 +34,10 @@ void HierarchicalPipeline::helper() {
     cv_.wait(lk, [&] { return stop_ || done_ < given_; });
     if (stop_) return;
     const int i = done_;
+    const bool skip = error_ != nullptr;  // the call has failed: only count the chunk
     lk.unlock();
     try {
-      if (!error_) {
+      if (!skip) {
         const int nl = local_.size(), lr = local_.rank();
         const size_t es = dtype_size(dt_);
         const size_t cnt = chunk_cnt_[i];
@@ -42,7 +47,7 @@ void HierarchicalPipeline::helper() {
       }
     } catch (...) {
       lk.lock();
-      error_ = std::current_exception();
+      if (!error_) error_ = std::current_exception();
       lk.unlock();
     }
     lk.lock();
@@ -80,34 +85,65 @@ void HierarchicalPipeline::run(const Reducer& red, const AllreduceArgs& a, bool 
     given_ = i + 1;
     cv_.notify_all();
   };
+  // The helper's waits end by themselves (every transport wait watches the set's
+  // ranks and has a deadline, watched_wait.h), so this one only has to keep beating
+  // for this engine thread meanwhile: a long cross-host chunk is no frozen engine.
   auto wait_done = [&](int i) {
     std::unique_lock<std::mutex> lk(mu_);
-    cv_.wait(lk, [&] { return done_ > i; });
+    while (!cv_.wait_for(lk, std::chrono::milliseconds(WaitWatch::kPollMs),
+                         [&] { return done_ > i; }))
+      PeerHealth::beat();
+  };
+  auto helper_error = [&] {
+    std::lock_guard<std::mutex> g(mu_);
+    return error_;
   };
   auto rs = [&](int i) {
     const size_t off = chunk_off_[i] * es;
     local_.reduce_scatter(red, src + off, dst + off, chunk_cnt_[i], dt, op, prescale, 1.0, stream);
   };
   auto ag = [&](int i) { local_.allgather(dst + chunk_off_[i] * es, chunk_cnt_[i], dt, stream); };
-  // The order of shared-memory calls is the same on every rank of the host. After a
-  // failure across hosts the local stages still run to the end (garbage in, but every
-  // local rank completes the same calls), then the error is raised.
-  rs(0);
-  give(0);
-  for (int i = 1; i < k; ++i) {
-    rs(i);
-    give(i);
-    wait_done(i - 1);
-    ag(i - 1);
-  }
-  wait_done(k - 1);
-  ag(k - 1);
+  // The order of shared-memory calls is the same on every rank of the host. A failure
+  // on either side ends the call on every rank: the helper is first left with nothing
+  // more to do (it touches our buffers and the cross transport), then the peers here
+  // and across hosts are told (hierarchical_give_up), so none waits for a chunk this
+  // rank will not bring.
   std::exception_ptr e;
+  try {
+    rs(0);
+    give(0);
+    for (int i = 1; i < k && !helper_error(); ++i) {
+      rs(i);
+      give(i);
+      wait_done(i - 1);
+      if (helper_error()) break;
+      ag(i - 1);
+    }
+    if (!helper_error()) {
+      wait_done(k - 1);
+      if (!helper_error()) ag(k - 1);
+    }
+  } catch (...) {
+    e = std::current_exception();
+  }
+  int given;
   {
     std::lock_guard<std::mutex> g(mu_);
-    e = error_;
+    if (e && !error_) error_ = e;  // the helper skips the chunks not yet started
+    given = given_;
   }
-  if (e) std::rethrow_exception(e);
+  if (given > 0) wait_done(given - 1);
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (!e) e = error_;
+  }
+  if (!e) return;
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& ex) {
+    hierarchical_give_up(&local_, cross_, ex);
+    throw;
+  }
 }
 
 }  // namespace hvdl

@@ -32,6 +32,7 @@
 #include <stdexcept>
 
 #include "../reduce/copy.h"
+#include "../transport/peer_health.h"
 #include "partition.h"
 
 namespace hvdl {
@@ -69,6 +70,10 @@ void ShmCollectives::allgather(void* buf, size_t count, DataType dt, bool stream
   run(Pass::ALLGATHER, nullptr, {{buf, buf, count}}, dt, ReduceOp::SUM, 1.0, 1.0, stream);
 }
 
+void ShmCollectives::abandon(const std::exception& e) {
+  win_->abort(e.what(), dynamic_cast<const PeerFailure*>(&e) != nullptr);
+}
+
 void ShmCollectives::announce(uint64_t call, int value) {
   win_->publish(kAnnounce, call * 8 + static_cast<uint64_t>(value));
 }
@@ -85,7 +90,7 @@ int ShmCollectives::await_announcement(uint64_t call) {
       waiter.pause();
     }
   } catch (const std::exception& e) {
-    w.abort(e.what());
+    abandon(e);
     throw;
   }
 }
@@ -213,7 +218,7 @@ void ShmCollectives::run(Pass pass, const Reducer* red, const std::vector<Span>&
       else waiter.pause();
     }
   } catch (const std::exception& e) {
-    w.abort(e.what());
+    abandon(e);
     throw;
   }
   if (stream_out) copy_fence();

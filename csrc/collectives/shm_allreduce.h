@@ -88,6 +88,11 @@ class ShmCollectives {
   void announce(uint64_t call, int value);
   int await_announcement(uint64_t call);
 
+  // This rank will not finish the collective the window's ranks are in (it failed
+  // elsewhere, e.g. across hosts): the peers waiting on it stop with `why`, a
+  // PeerFailure where `e` is one (shm_window.h), and the window is unusable after.
+  void abandon(const std::exception& e);
+
  private:
   enum class Pass { ALLREDUCE, REDUCE_SCATTER, ALLGATHER };
   // The window's progress counters: the staged pipeline's stages, rank 0's

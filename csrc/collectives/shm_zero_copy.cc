@@ -105,7 +105,7 @@ bool ShmCollectives::zero_copy_allreduce(const Reducer& red, const std::vector<S
     w.publish(kWritten, call);
     await_all(kWritten);
   } catch (const std::exception& e) {
-    w.abort(e.what());
+    abandon(e);
     throw;
   }
   g_zero_copy.fetch_add(1);

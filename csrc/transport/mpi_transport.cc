@@ -16,6 +16,7 @@
 #include "mpi_failures.h"
 #include "mpi_heartbeat.h"
 #include "peer_health.h"
+#include "watched_wait.h"
 #include "world.h"
 
 namespace hvdl {
@@ -33,12 +34,12 @@ void check(int rc, const char* what) {
 // We wait politely instead: test briefly, then yield, then sleep with a growing
 // interval. Each MPI_Test also drives progress (e.g. the single-copy transfers).
 // No wait is without a way out: an error return (a failed peer under ULFM, a revoked
-// communicator) and a failure of one of `members` (world ranks) that PeerHealth
-// knows of both end it with a PeerFailure.
-// `check()` runs once a millisecond of waiting: it throws to end the wait (a failed
-// member, a peer that abandoned the collective). Short waits never pay for it.
+// communicator) ends it, and once a millisecond of waiting `watch` (watched_wait.h:
+// a failed member, the deadline if it has one) and `check()` (a peer that abandoned
+// the collective) may end it with an exception. Short waits never pay for them.
 template <class Check>
-void wait_polite(MPI_Request* reqs, int n, MPI_Comm comm, const char* what, Check&& check) {
+void wait_polite(MPI_Request* reqs, int n, MPI_Comm comm, const char* what, WaitWatch& watch,
+                 Check&& check) {
   using namespace std::chrono;
   auto start = steady_clock::now();
   auto checked = start;
@@ -53,8 +54,8 @@ void wait_polite(MPI_Request* reqs, int n, MPI_Comm comm, const char* what, Chec
     if (waited < microseconds(20)) continue;
     if (now - checked >= milliseconds(1)) {
       checked = now;
+      watch.check();
       check();
-      PeerHealth::beat();
     }
     if (waited < microseconds(200)) {
       std::this_thread::yield();
@@ -72,12 +73,17 @@ constexpr uint64_t kAbandoned = UINT64_MAX;
 
 class MpiTransport : public Transport {
  public:
-  explicit MpiTransport(MPI_Comm base) {
+  // `also_watched`: world ranks whose failure ends this group's waits besides its
+  // members' (transport.h, watched_ranks()).
+  explicit MpiTransport(MPI_Comm base, const std::vector<int>& also_watched = {}) {
     check(MPI_Comm_dup(base, &data_), "MPI_Comm_dup");
     check(MPI_Comm_dup(base, &ctrl_), "MPI_Comm_dup");
     check(MPI_Comm_dup(base, &bell_), "MPI_Comm_dup");
     for (MPI_Comm c : {data_, ctrl_, bell_}) mpi_failures::adopt(c);
     members_ = mpi_failures::world_ranks_of(data_);
+    watched_ = members_;
+    for (int r : also_watched)
+      if (std::find(watched_.begin(), watched_.end(), r) == watched_.end()) watched_.push_back(r);
     MPI_Comm_rank(data_, &rank_);
     MPI_Comm_size(data_, &size_);
     bell_out_.assign(size_, 0);
@@ -121,10 +127,11 @@ class MpiTransport : public Transport {
     MPI_Comm_free(&data_);
   }
 
-  void check_alive() const override {
-    PeerHealth::get().check(&members_);
-    if (!abandoned_.empty()) throw std::runtime_error(abandoned_);
-  }
+  // Also reads the wake-ups that arrived (keeping the rounds for poll_ring()), so a
+  // peer's notice that it abandoned a collective is seen by whoever waits outside.
+  void check_alive() override { watch(); }
+  const std::vector<int>* world_ranks() const override { return &members_; }
+  const std::vector<int>* watched_ranks() const override { return &watched_; }
 
   void abandon(const std::string& why) override {
     drain();
@@ -303,15 +310,18 @@ class MpiTransport : public Transport {
     ops_.clear();
   }
 
+  // No deadline: a collective waits as long as its peers are alive (a frozen one is
+  // declared dead by the heartbeat after the peer timeout).
   void wait(MPI_Request* reqs, int n, MPI_Comm comm, const char* what) {
-    wait_polite(reqs, n, comm, what, [this] { watch(); });
+    WaitWatch w(&watched_, 0, what);
+    wait_polite(reqs, n, comm, what, w, [this] { watch(); });
   }
 
   // While waiting on the data or negotiation plane: a failed member or a peer that
   // abandoned a collective ends the wait. Wake-ups that arrive meanwhile are kept for
   // the next poll_ring().
   void watch() {
-    PeerHealth::get().check(&members_);
+    PeerHealth::get().check(&watched_);
     for (;;) {
       int flag = 0;
       MPI_Status st;
@@ -338,7 +348,7 @@ class MpiTransport : public Transport {
     PeerHealth& h = PeerHealth::get();
     if (!h.any_failed()) return false;
     try {
-      h.check(&members_);
+      h.check(&watched_);
       return false;
     } catch (const PeerFailure&) {
       return true;
@@ -347,6 +357,7 @@ class MpiTransport : public Transport {
 
   MPI_Comm data_, ctrl_, bell_;
   std::vector<int> members_;  // world ranks, by rank in this group
+  std::vector<int> watched_;  // members_ and the ranks of the group it was split from
   std::string abandoned_;     // non-empty: a collective was given up half way
   uint64_t early_ring_ = 0;   // a wake-up seen while waiting on something else
   static inline uint64_t kAbandonedValue = kAbandoned;
@@ -360,15 +371,90 @@ class MpiTransport : public Transport {
 };
 
 // A transport over its own duplicate of `sub`, which is then freed.
-std::unique_ptr<Transport> adopt(MPI_Comm sub) {
-  auto t = std::make_unique<MpiTransport>(sub);
+std::unique_ptr<Transport> adopt(MPI_Comm sub, const std::vector<int>& also_watched = {}) {
+  auto t = std::make_unique<MpiTransport>(sub, also_watched);
   MPI_Comm_free(&sub);
   return t;
 }
 
+// ---- leaving and arriving ----
+// A rank whose script ends (it may have shut down cleanly after its set failed) calls
+// MPI_Finalize and waits there for the others; a peer that calls hvd.init() again
+// meanwhile would wait for it forever in the communicator's creation. So a leaving
+// process first says so to every rank, on a communicator of its own made at MPI_Init,
+// and every collective that makes communicators (init, add_process_set) waits for
+// its peers through arrive(), which fails on such a note instead of hanging.
+MPI_Comm g_farewell = MPI_COMM_NULL;  // a dup of MPI_COMM_WORLD, for those notes only
+std::vector<char> g_left;             // by MPI_COMM_WORLD rank: its note has arrived
+// A communicator creation we gave up on is still pending: MPI_Finalize could wait for
+// it forever, so the process exits without it (the launcher then ends the job).
+bool g_abandoned_creation = false;
+
+void say_farewell() {
+  if (g_farewell == MPI_COMM_NULL) return;
+  int me = 0, n = 1;
+  MPI_Comm_rank(g_farewell, &me);
+  MPI_Comm_size(g_farewell, &n);
+  static const uint8_t note = 1;
+  for (int p = 0; p < n; ++p) {
+    if (p == me) continue;
+    MPI_Request r;  // tiny, so sent eagerly: nobody has to be receiving
+    if (MPI_Isend(&note, 1, MPI_BYTE, p, 0, g_farewell, &r) == MPI_SUCCESS) MPI_Request_free(&r);
+  }
+}
+
+// World ranks of MPI_COMM_WORLD whose farewell arrived, among `comm`'s members.
+std::vector<int> departed_members(MPI_Comm comm) {
+  if (g_farewell == MPI_COMM_NULL) return {};
+  for (;;) {
+    int flag = 0;
+    MPI_Status st;
+    if (MPI_Iprobe(MPI_ANY_SOURCE, 0, g_farewell, &flag, &st) != MPI_SUCCESS || !flag) break;
+    uint8_t v;
+    MPI_Recv(&v, 1, MPI_BYTE, st.MPI_SOURCE, 0, g_farewell, MPI_STATUS_IGNORE);
+    if (st.MPI_SOURCE >= 0 && st.MPI_SOURCE < static_cast<int>(g_left.size())) g_left[st.MPI_SOURCE] = 1;
+  }
+  std::vector<int> out;
+  MPI_Group world, mine;
+  MPI_Comm_group(MPI_COMM_WORLD, &world);
+  MPI_Comm_group(comm, &mine);
+  int n = 0;
+  MPI_Group_size(mine, &n);
+  std::vector<int> in(n), as_world(n, MPI_UNDEFINED);
+  for (int i = 0; i < n; ++i) in[i] = i;
+  MPI_Group_translate_ranks(mine, n, in.data(), world, as_world.data());
+  for (int w : as_world)
+    if (w >= 0 && w < static_cast<int>(g_left.size()) && g_left[w]) out.push_back(w);
+  MPI_Group_free(&world);
+  MPI_Group_free(&mine);
+  return out;
+}
+
+// Waits until every rank of `comm` has reached this point (a non-blocking barrier),
+// watching for the farewell of a member and, in a running world (`in_world`), the
+// way every wait does (watched_wait.h: any declared failure of it). Not at init: the
+// failures PeerHealth knows of then are the previous world's. `what` names the call.
+void arrive(MPI_Comm comm, const char* what, bool in_world) {
+  MPI_Request r;
+  check(MPI_Ibarrier(comm, &r), what);
+  WaitWatch w(nullptr, 0, what, in_world);
+  wait_polite(&r, 1, comm, what, w, [&] {
+    auto gone = departed_members(comm);
+    if (gone.empty()) return;
+    g_abandoned_creation = true;
+    std::string list;
+    for (int g : gone) list += (list.empty() ? "" : ", ") + std::to_string(g);
+    throw std::runtime_error(std::string("horovodlite: ") + what + ": rank(s) " + list +
+                             " of MPI_COMM_WORLD have left (their script ended and called "
+                             "MPI_Finalize); MPI cannot make a new group with them");
+  });
+}
+
 // The ranks of `base` listed in `ranks`, in that order, as a new communicator;
-// MPI_COMM_NULL on the others. Collective over `base`.
-MPI_Comm split_members(MPI_Comm base, const std::vector<int>& ranks, int me) {
+// MPI_COMM_NULL on the others. Collective over `base`; fails (instead of waiting
+// forever) when a rank of `base` has died or left (arrive()).
+MPI_Comm split_members(MPI_Comm base, const std::vector<int>& ranks, int me, bool in_world) {
+  arrive(base, in_world ? "adding a process set (MPI_Comm_split)" : "hvd.init(comm=ranks)", in_world);
   auto it = std::find(ranks.begin(), ranks.end(), me);
   const bool member = it != ranks.end();
   MPI_Comm sub;
@@ -380,7 +466,7 @@ MPI_Comm split_members(MPI_Comm base, const std::vector<int>& ranks, int me) {
 std::unique_ptr<Transport> MpiTransport::split(int color, int key) {
   MPI_Comm sub;
   check(MPI_Comm_split(ctrl_, color, key, &sub), "MPI_Comm_split");
-  return adopt(sub);
+  return adopt(sub, watched_);
 }
 
 bool g_we_initialized = false;
@@ -389,10 +475,12 @@ void finalize_at_exit() {
   // MPI_Finalize is collective in practice: after a peer was lost it can wait for
   // that peer forever. A broken world is left unfinalized; the process just exits
   // (the launcher then reports it, which is what a failed job should get).
-  if (PeerHealth::get().ever_failed()) return;
+  if (PeerHealth::get().ever_failed() || g_abandoned_creation) return;
   int fin = 0;
   MPI_Finalized(&fin);
-  if (!fin) MPI_Finalize();
+  if (fin) return;
+  say_farewell();
+  MPI_Finalize();
 }
 
 void ensure_mpi_initialized() {
@@ -402,6 +490,11 @@ void ensure_mpi_initialized() {
   int provided = 0;
   check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided), "MPI_Init_thread");
   g_we_initialized = true;
+  check(MPI_Comm_dup(MPI_COMM_WORLD, &g_farewell), "MPI_Comm_dup");  // every rank starts here
+  MPI_Comm_set_errhandler(g_farewell, MPI_ERRORS_RETURN);
+  int n = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  g_left.assign(n, 0);
   // MPI can be initialised only once per process, so it lives until exit and
   // init() -> shutdown() -> init() reuses it; mpirun expects MPI_Finalize before exit.
   std::atexit(finalize_at_exit);
@@ -456,7 +549,7 @@ class MpiWorld : public World {
   bool threads_supported() const override { return threads_; }
 
   std::unique_ptr<Transport> create_group(const std::vector<int>& ranks) override {
-    MPI_Comm sub = split_members(comm_, ranks, topo_.rank);
+    MPI_Comm sub = split_members(comm_, ranks, topo_.rank, true);
     return sub == MPI_COMM_NULL ? nullptr : adopt(sub);
   }
 
@@ -497,11 +590,12 @@ std::unique_ptr<World> make_mpi_world(long long fortran_comm, const std::vector<
   MPI_Comm base = fortran_comm < 0 ? MPI_COMM_WORLD : MPI_Comm_f2c(static_cast<MPI_Fint>(fortran_comm));
   MPI_Comm comm;
   if (ranks.empty()) {
+    arrive(base, "hvd.init()", false);  // then the dup cannot wait for a rank that left
     check(MPI_Comm_dup(base, &comm), "MPI_Comm_dup");
   } else {
     int me = 0;
     MPI_Comm_rank(base, &me);
-    comm = split_members(base, ranks, me);
+    comm = split_members(base, ranks, me, false);
     if (comm == MPI_COMM_NULL)
       throw std::invalid_argument("init(comm=ranks): rank " + std::to_string(me) +
                                   " is not in the given rank list");

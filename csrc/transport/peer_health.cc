@@ -48,6 +48,8 @@ void PeerHealth::declare(int rank, const std::string& why) {
   {
     std::lock_guard<std::mutex> l(mu_);
     std::string msg = "horovodlite: " + describe(rank) + " failed: " + why;
+    // Visible to check() before the lock is released: a thread whose own declaration
+    // of the same rank returns here at once must find the failure when it checks.
     if (rank >= 0 && rank < static_cast<int>(why_.size())) {
       if (!why_[rank].empty()) return;
       why_[rank] = msg;
@@ -55,6 +57,8 @@ void PeerHealth::declare(int rank, const std::string& why) {
       if (!unknown_why_.empty()) return;
       unknown_why_ = msg;
     }
+    any_.store(true, std::memory_order_release);
+    ever_.store(true, std::memory_order_release);
     if (!report_dir_.empty()) {
       // "detected <unix time> <failed rank> <host> <why>": what the launcher reads.
       std::string path = report_dir_ + "/detected.rank" + std::to_string(my_rank_);
@@ -75,8 +79,6 @@ void PeerHealth::declare(int rank, const std::string& why) {
     hooks.swap(hooks_);
   }
   HVDL_LOG(ERROR) << first_failure();
-  any_.store(true, std::memory_order_release);
-  ever_.store(true, std::memory_order_release);
   for (auto& h : hooks) {
     try {
       h();

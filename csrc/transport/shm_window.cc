@@ -78,6 +78,7 @@ struct ShmWindow::Header {
   };
   alignas(64) int32_t pid;
   uint32_t state;
+  uint32_t peer_failure;  // set with kAborted: `why` is a peer's failure, not our own error
   // One cache line per counter: each is written by its owner only and polled by
   // the others, so no two of them ever share a line.
   Line counters[kNumCounters];
@@ -207,12 +208,13 @@ ShmWindow::~ShmWindow() {
     if (fd >= 0) close(fd);
 }
 
-void ShmWindow::abort(const std::string& why) {
+void ShmWindow::abort(const std::string& why, bool peer_failure) {
   if (failed_) return;
   failed_ = true;
   failure_ = why;
   Header* me = header(rank_);
   std::snprintf(me->why, sizeof(me->why), "%s", why.c_str());
+  me->peer_failure = peer_failure ? 1 : 0;
   __atomic_store_n(&me->state, static_cast<uint32_t>(kAborted), __ATOMIC_RELEASE);
 }
 
@@ -244,6 +246,7 @@ void ShmWindow::check_peers() {
       char why[sizeof(h->why)];
       std::memcpy(why, h->why, sizeof(why));
       why[sizeof(why) - 1] = '\0';
+      if (h->peer_failure) throw PeerFailure(why);  // its news: a rank failed
       throw std::runtime_error(who + " gave up a shared-memory collective: " + why);
     }
     if (st == kClosed)

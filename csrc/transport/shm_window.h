@@ -55,8 +55,10 @@ class ShmWindow {
   void publish(int i, uint64_t v) { __atomic_store_n(counter_ptr(rank_, i), v, __ATOMIC_RELEASE); }
 
   // Tells the peers this rank gave up (they stop waiting with an error naming `why`),
-  // and makes every later wait on this window fail at once.
-  void abort(const std::string& why);
+  // and makes every later wait on this window fail at once. `peer_failure`: it gave up
+  // because a rank failed (`why` is that PeerFailure's message): the peers then end
+  // with a PeerFailure too, at once, instead of finding the failure out themselves.
+  void abort(const std::string& why, bool peer_failure = false);
   // Throws if an earlier error left the window unusable.
   void check_usable() const;
 

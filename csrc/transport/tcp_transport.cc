@@ -27,6 +27,8 @@
 #include <vector>
 
 #include "../common/logging.h"
+#include "peer_health.h"
+#include "watched_wait.h"
 
 namespace hvdl {
 namespace {
@@ -149,13 +151,17 @@ class TcpTransport : public Transport {
   TcpTransport(std::unique_ptr<Transport> base, std::vector<int> fds, double timeout_s)
       : base_(std::move(base)), peers_(fds.size()), timeout_s_(timeout_s) {
     for (size_t i = 0; i < fds.size(); ++i) peers_[i].fd = fds[i];
+    if (const std::vector<int>* w = base_->world_ranks()) members_ = *w;
+    if (const std::vector<int>* w = base_->watched_ranks()) watched_ = *w;
   }
 
   ~TcpTransport() override {
     try {
-      wait_all();
+      // After a failure or an abandoned collective nothing here may wait: the
+      // transfers never finish (and their buffers may be gone).
+      if (!broken_) wait_all();
     } catch (const std::exception& e) {
-      HVDL_LOG(WARNING) << "tcp transport: " << e.what();
+      HVDL_LOG(DEBUG) << "tcp transport: " << e.what();
     }
     for (Peer& p : peers_)
       if (p.fd >= 0) ::close(p.fd);
@@ -166,19 +172,45 @@ class TcpTransport : public Transport {
 
   Op isend(int peer, const void* buf, size_t bytes) override {
     Op id = add(peer, true, const_cast<void*>(buf), bytes);
-    progress_peer(peer);  // start at once: the socket buffer takes the first bytes
+    // start at once: the socket buffer takes the first bytes
+    guarded([&] { progress_peer(peer); });
     return id;
   }
 
   Op irecv(int peer, void* buf, size_t bytes) override { return add(peer, false, buf, bytes); }
 
   void wait(Op op) override {
-    while (!ops_.at(op).done) step();
+    WaitWatch w(watched(), timeout_s_, "a TCP transfer (HOROVODLITE_TCP_TIMEOUT_SECONDS)");
+    guarded([&] {
+      while (!ops_.at(op).done) step(w);
+    });
   }
 
   void wait_all() override {
-    while (pending_ > 0) step();
+    WaitWatch w(watched(), timeout_s_, "a TCP transfer (HOROVODLITE_TCP_TIMEOUT_SECONDS)");
+    guarded([&] {
+      while (pending_ > 0) step(w);
+    });
     ops_.clear();
+  }
+
+  // The TCP streams carry no notices: a peer's news (it gave up a collective) and
+  // its failure come through the wrapped transport and PeerHealth.
+  void check_alive() override {
+    PeerHealth::get().check(watched());
+    base_->check_alive();
+  }
+  const std::vector<int>* world_ranks() const override {
+    return members_.empty() ? nullptr : &members_;
+  }
+  const std::vector<int>* watched_ranks() const override { return watched(); }
+
+  // Given up half way: what is in flight will never finish in step with the peers, so
+  // it is forgotten (no byte of its buffers is touched again), the peers are told
+  // through the wrapped transport, and every later wait here fails at once.
+  void abandon(const std::string& why) override {
+    forget_all();
+    base_->abandon(why);
   }
 
   void allreduce_and(uint64_t* words, size_t n) override { base_->allreduce_and(words, n); }
@@ -207,6 +239,7 @@ class TcpTransport : public Transport {
   };
 
   Op add(int peer, bool send, void* buf, size_t bytes) {
+    if (broken_) guarded([] {});  // throws: the streams are out of step
     if (peer < 0 || peer >= size() || peer == rank())
       throw std::invalid_argument("tcp transport: bad peer " + std::to_string(peer));
     ops_.push_back(OpState{peer, send, static_cast<char*>(buf), bytes});
@@ -219,6 +252,47 @@ class TcpTransport : public Transport {
   [[noreturn]] void fail(int peer, const std::string& what) {
     throw std::runtime_error("tcp transport: rank " + std::to_string(rank()) + " <-> rank " +
                              std::to_string(peer) + " of its cross-host group: " + what);
+  }
+
+  const std::vector<int>* watched() const { return watched_.empty() ? nullptr : &watched_; }
+  int world_rank(int peer) const {
+    return peer >= 0 && peer < static_cast<int>(members_.size()) ? members_[peer] : -1;
+  }
+
+  // The connection to `peer` broke in the middle of a transfer: its process died (the
+  // kernel closed its sockets) or it left. Unless the peer said first that it gave up
+  // the collective (then that is the news), it has failed: declared, so every wait on
+  // it, in every process set, ends with the same error.
+  [[noreturn]] void lost(int peer, const std::string& what) {
+    base_->check_alive();
+    PeerHealth& h = PeerHealth::get();
+    h.declare(world_rank(peer), "its TCP connection (cross-host data) broke mid-transfer: " + what +
+                                    " (the process died or left)");
+    h.check(watched());
+    const std::string first = h.first_failure();
+    throw PeerFailure(first.empty() ? "tcp transport: " + what : first);
+  }
+
+  // Any wait that ends in an exception leaves the streams out of step.
+  template <class F>
+  void guarded(F&& f) {
+    if (broken_) {
+      check_alive();
+      throw std::runtime_error("tcp transport: unusable after an earlier failure");
+    }
+    try {
+      f();
+    } catch (...) {
+      forget_all();
+      throw;
+    }
+  }
+
+  void forget_all() {
+    broken_ = true;
+    for (Peer& p : peers_) p.sends.clear(), p.recvs.clear();
+    ops_.clear();
+    pending_ = 0;
   }
 
   void finish(Peer& p, std::deque<Op>& q) {
@@ -248,7 +322,7 @@ class TcpTransport : public Transport {
       if (k < 0) {
         if (errno == EAGAIN || errno == EWOULDBLOCK) break;
         if (errno == EINTR) continue;
-        fail(peer, errno_text("send"));
+        lost(peer, errno_text("send"));
       }
       moved = moved || k > 0;
       size_t h = std::min<size_t>(static_cast<size_t>(k), 8 - p.out_hdr_moved);
@@ -273,10 +347,10 @@ class TcpTransport : public Transport {
       if (k < 0) {
         if (errno == EAGAIN || errno == EWOULDBLOCK) break;
         if (errno == EINTR) continue;
-        fail(peer, errno_text("recv"));
+        lost(peer, errno_text("recv"));
       }
       if (k == 0 && (p.in_hdr_moved < 8 || o.moved < o.bytes))
-        fail(peer, "the peer closed the connection (it failed or shut down)");
+        lost(peer, "the peer closed the connection");
       moved = moved || k > 0;
       if (p.in_hdr_moved < 8) {
         p.in_hdr_moved += static_cast<size_t>(k);
@@ -294,13 +368,19 @@ class TcpTransport : public Transport {
     return moved;
   }
 
-  // Progress on every peer; when nothing moved, sleep in poll() until a socket is ready.
-  void step() {
+  // Progress on every peer; when nothing moved, sleep in poll() until a socket is
+  // ready, at most WaitWatch::kPollMs at a time: between sleeps the wait looks at the
+  // peers' health and notices and at its deadline (watched_wait.h), so a frozen or
+  // dead peer on another host ends it within the peer timeout, not the TCP one.
+  void step(WaitWatch& w) {
     bool moved = false;
     for (int i = 0; i < static_cast<int>(peers_.size()); ++i)
       if (!peers_[i].sends.empty() || !peers_[i].recvs.empty()) moved = progress_peer(i) || moved;
     if (moved || pending_ == 0) {
-      idle_since_ = std::chrono::steady_clock::now();
+      w.progress();
+      // Moving without ever sleeping must still look now and then (a peer that
+      // trickles bytes while another member is dead).
+      if (++busy_steps_ % 1024 == 0) check_alive();
       return;
     }
     fds_.clear();
@@ -310,16 +390,14 @@ class TcpTransport : public Transport {
       short ev = (p.sends.empty() ? 0 : POLLOUT) | (p.recvs.empty() ? 0 : POLLIN);
       if (ev) fds_.push_back({p.fd, ev, 0}), who_.push_back(i);
     }
-    int rc = ::poll(fds_.data(), fds_.size(), 1000);
+    int rc = ::poll(fds_.data(), fds_.size(), w.poll_ms());
     if (rc < 0 && errno != EINTR) throw std::runtime_error(errno_text("tcp transport: poll"));
     for (size_t i = 0; rc > 0 && i < fds_.size(); ++i)
-      if (fds_[i].revents & (POLLERR | POLLNVAL)) fail(who_[i], "connection error");
-    if (rc == 0) {
-      double idle = std::chrono::duration<double>(std::chrono::steady_clock::now() - idle_since_).count();
-      if (idle > timeout_s_)
-        fail(who_.empty() ? -1 : who_[0],
-             "nothing moved for " + std::to_string(static_cast<int>(idle)) +
-                 " s (HOROVODLITE_TCP_TIMEOUT_SECONDS)");
+      if (fds_[i].revents & (POLLERR | POLLNVAL)) lost(who_[i], "connection error");
+    if (rc <= 0) {
+      // The peer the oldest transfer waits on is the one to blame at the deadline.
+      check_alive();
+      w.check(who_.empty() ? -1 : world_rank(who_[0]));
     }
   }
 
@@ -330,7 +408,10 @@ class TcpTransport : public Transport {
   std::vector<pollfd> fds_;
   std::vector<int> who_;
   double timeout_s_;
-  std::chrono::steady_clock::time_point idle_since_ = std::chrono::steady_clock::now();
+  std::vector<int> members_;  // world ranks, by rank in this group (empty: unknown)
+  std::vector<int> watched_;  // whose failure ends our waits (transport.h)
+  bool broken_ = false;       // a wait failed or a collective was abandoned
+  uint64_t busy_steps_ = 0;
 };
 
 // addresses "a,b" and port of every rank, as published.

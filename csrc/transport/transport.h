@@ -43,8 +43,18 @@ class Transport {
   }
 
   // Throws (a PeerFailure, peer_health.h) when a member of this group is known to
-  // have failed; waits outside the transport (rounds, shared memory) call it.
-  virtual void check_alive() const {}
+  // have failed, or (std::runtime_error) when a peer gave up a collective half way
+  // (abandon() below); waits outside the transport (rounds, other transports wrapping
+  // this one) call it at least every 100 ms. It may look for the peers' notices.
+  virtual void check_alive() {}
+  // World ranks of the members, by rank in this group (nullptr: unknown), so that a
+  // wait on this group watches exactly them (watched_wait.h).
+  virtual const std::vector<int>* world_ranks() const { return nullptr; }
+  // World ranks whose failure ends this group's waits: its members, and for a group
+  // split() from another, that one's too. A failure anywhere in a process set ends
+  // all its collectives, and a rank whose host-mate died leaves the cross-host ring
+  // without a word to the others in it: they must not wait for it.
+  virtual const std::vector<int>* watched_ranks() const { return world_ranks(); }
   // This rank gave up a collective half way: the data between the ranks is out of
   // step. Tell the peers (their waits on this group then fail) and refuse to wait
   // on this group from now on. Transports that cannot do this do nothing.

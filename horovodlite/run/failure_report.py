@@ -56,6 +56,39 @@ def first_failure(folder):
     return f"{who} failed first: {why} (noticed by rank {noticed_by})"
 
 
+def remove_job_segments(folder):
+    """Removes the OpenMPI shared-memory segments the job's ranks noted (shm.rank*:
+    what each mapped at init) that are still there now that the job has ended: a rank
+    killed outright never unlinks its own. Only those files, and only where no live
+    process maps them still (a path reused by a later job stays). Returns the paths
+    removed."""
+    noted = set()
+    for f in Path(folder).glob("shm.rank*"):
+        try:
+            noted.update(ln.strip() for ln in f.read_text().splitlines() if ln.strip())
+        except OSError:
+            continue
+    noted = {p for p in noted if Path(p).name.startswith(("sm_segment.", "vader"))
+             and Path(p).is_file()}
+    if not noted:
+        return []
+    mapped = set()
+    for maps in Path("/proc").glob("[0-9]*/maps"):
+        try:
+            with open(maps) as f:
+                mapped.update(ln.split()[-1] for ln in f if ln.rstrip().endswith(tuple(noted)))
+        except OSError:
+            continue
+    removed = []
+    for p in sorted(noted - mapped):
+        try:
+            Path(p).unlink()
+            removed.append(p)
+        except OSError:
+            pass
+    return removed
+
+
 def remove_folder(folder):
     # A rank still being torn down as mpirun returns may write a last file: retry.
     for _ in range(50):

@@ -320,13 +320,16 @@ def main(argv=None):
     folder = failure_report.make_folder()
     env.setdefault(failure_report.ENV, folder)
     shm = None
-    if not (args.hosts or args.hostfile or args.local_cluster) and \
+    # (Simulated hosts share this machine's /dev/shm: the folder serves them too.)
+    if not (args.hosts or args.hostfile) and \
             "OMPI_MCA_btl_sm_backing_directory" not in env:
         # OpenMPI's shared-memory segments stay in /dev/shm when a rank is killed (or a
         # broken world is not finalized): keep them in a folder of ours, removed below.
         shm = failure_report.make_shm_folder()
         if shm:
             env["OMPI_MCA_btl_sm_backing_directory"] = shm
+            if args.local_cluster:  # the ranks start through the hosts' agent: pass it on
+                args.env.append("OMPI_MCA_btl_sm_backing_directory")
     try:
         if args.local_cluster:
             return _run_on_local_cluster(args, env)
@@ -339,6 +342,9 @@ def main(argv=None):
             print("horovodlite-run: " + shlex.join(cmd), file=sys.stderr, flush=True)
         return _report(run_job(cmd, env), env)
     finally:
+        # Where the segments were not in a folder of ours (the user chose theirs, or
+        # several hosts): the ones of this machine that the job's dead ranks left.
+        failure_report.remove_job_segments(env[failure_report.ENV])
         failure_report.remove_folder(folder)
         if shm:
             failure_report.remove_folder(shm)
