@@ -101,7 +101,7 @@ def test_grows_when_discovery_adds_a_slot(tmp_path):
     disc = tmp_path / "discover.sh"
     disc.write_text(f"echo localhost:$(cat {slots})\n")
     rc, out, logs = elastic(tmp_path, 2, ["--grow-at", 8, "--grow-file", slots, "--step-sleep", 0.05,
-                                          "--steps", 60],
+                                          "--steps", 60, "--until-grown"],
                             ["--min-np", "2", "--max-np", "3", "--host-discovery-script", f"sh {disc}"])
     assert rc == 0, out[-5000:]
     assert len(logs) == 3, out[-5000:]
@@ -109,12 +109,69 @@ def test_grows_when_discovery_adds_a_slot(tmp_path):
     assert len(new) == 1, [log["entries"] for log in logs]
     grown_at = new[0]["entries"][0][0]
     assert grown_at % 5 == 0 and grown_at > 8  # at a commit after discovery saw it
+    old = [log for log in logs if log is not new[0]]
     for log in logs:
         assert not log["errors"], log["errors"]
         assert log["entries"][-1][:2] == (grown_at, 3)
+    for log in old:
+        # Training went on while the new process started: no step waited for it.
+        assert [e[:2] for e in log["entries"]] == [(0, 2), (grown_at, 3)]
+    steps = {f[2] for f in finals(logs)}
+    assert len(steps) == 1
     params = {f[3] for f in finals(logs)}
     assert len(params) == 1, "ranks differ after growing"
-    assert params.pop() == reference(tmp_path, [(0, 2), (grown_at, 3)], steps=60)
+    assert params.pop() == reference(tmp_path, [(0, 2), (grown_at, 3)], steps=steps.pop())
+    grow_s = [log["stats"]["last_reset_s"] for log in old]
+    print(f"\n[elastic times] growing 2 -> 3: the old ranks' reset took "
+          f"{', '.join(f'{t:.3f}' for t in grow_s)} s (joined at step {grown_at})")
+
+
+def test_job_ending_while_a_process_starts_exits_cleanly(tmp_path):
+    """Discovery adds a slot two steps before the end: the new process is not ready
+    by then, and is told to exit; the job ends with 0, unchanged by it."""
+    slots = tmp_path / "slots"
+    slots.write_text("2\n")
+    disc = tmp_path / "discover.sh"
+    disc.write_text(f"echo localhost:$(cat {slots})\n")
+    rc, out, logs = elastic(tmp_path, 2, ["--grow-at", 18, "--grow-file", slots, "--steps", 20,
+                                          "--commit-every", 1],
+                            ["--min-np", "2", "--max-np", "3", "--host-discovery-script", f"sh {disc}"])
+    assert rc == 0, out[-5000:]
+    assert len(logs) == 2, out[-5000:]
+    for log in logs:
+        assert not log["errors"], log["errors"]
+        assert [e[:2] for e in log["entries"]] == [(0, 2)]
+    params = {f[3] for f in finals(logs)}
+    assert len(params) == 1
+    assert params.pop() == reference(tmp_path, [(0, 2)], steps=20)
+
+
+def test_shrinks_when_discovery_takes_a_slot_away(tmp_path):
+    """3 slots, then 2: at a commit the highest rank leaves and exits cleanly (code 0),
+    the other two go on without a restore or a lost step and finish equal to the
+    replay (3 ranks up to that commit, 2 after)."""
+    slots = tmp_path / "slots"
+    slots.write_text("3\n")
+    disc = tmp_path / "discover.sh"
+    disc.write_text(f"echo localhost:$(cat {slots})\n")
+    rc, out, logs = elastic(tmp_path, 3, ["--shrink-at", 8, "--grow-file", slots, "--step-sleep", 0.05],
+                            ["--min-np", "2", "--host-discovery-script", f"sh {disc}"])
+    assert rc == 0, out[-5000:]
+    assert len(logs) == 3, out[-5000:]
+    left = [log for log in logs if "left" in log]
+    assert len(left) == 1 and left[0]["left"][0] == 2 and left[0]["left"][2] in (0, None), \
+        [log.get("left") for log in logs]
+    at = left[0]["left"][1]
+    assert at % 5 == 0 and at > 8  # at a commit after discovery saw it
+    stay = [log for log in logs if "left" not in log]
+    for log in stay:
+        assert not log["errors"], log["errors"]
+        assert [e[:2] for e in log["entries"]] == [(0, 3), (at, 2)]
+        assert len(log["resets"]) == 1 and log["resets"][0][1] == 2
+    assert sorted(f[0] for f in finals(stay)) == [0, 1]
+    params = {f[3] for f in finals(stay)}
+    assert len(params) == 1, "ranks differ after shrinking"
+    assert params.pop() == reference(tmp_path, [(0, 3), (at, 2)])
 
 
 def test_no_failure_equals_plain_training(tmp_path):
