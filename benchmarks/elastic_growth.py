@@ -6,10 +6,11 @@ world), and how much slower their steps are while the new process starts.
 
 Each repeat launches `horovodlite-run --elastic -np 2 --max-np 3` on a torch MLP with a
 commit every 10 steps; at step 20 rank 0 makes the discovery script report a third
-slot. Modes (HOROVODLITE_ELASTIC_GROW_IN_BACKGROUND): `background` starts the new
-process from a helper thread of rank 0 while training goes on and merges it at the
-first commit after it is ready; `blocking` spawns it at a commit, every rank waiting.
-The modes alternate within each repeat; medians over repeats and old ranks."""
+slot. Modes (HOROVODLITE_ELASTIC_GROW_IN_BACKGROUND): `background` spawns the new
+process at a commit (held until it is in MPI_Init) and takes it in at the first commit
+after its script reached hvd.init(), training going on meanwhile; `blocking` waits for
+all of that at one commit. The modes alternate within each repeat; medians over
+repeats and old ranks."""
 import argparse
 import glob
 import os
@@ -59,8 +60,10 @@ def job(a):
             state.step += 1
             log["steps"].append((state.step, hvd.size(), time.perf_counter() - t))
             if state.step % 10 == 0:
-                log["commits"].append((state.step, hvd.size(), time.perf_counter()))
-                state.commit()
+                c = [state.step, hvd.size(), time.perf_counter(), None]
+                log["commits"].append(c)
+                state.commit()  # HostsUpdatedInterrupt leaves c[3] None
+                c[3] = time.perf_counter()
 
     train(state)
     with open(os.path.join(a.out, f"{os.getpid()}.pkl"), "wb") as f:
@@ -94,19 +97,23 @@ def launch(mode, out, a):
 
 
 def measure(logs):
-    """Per old rank: (pause at the growing commit, step-time ratio while growing, steps
-    trained between the request and the merge)."""
+    """Per old rank: (seconds held at the commit that started the new process, at the
+    commit that took it in, their sum, step-time ratio while it started (steps trained
+    meanwhile over the steps before the request), steps trained meanwhile)."""
     out = []
     for log in logs:
         if log["spawned"]:
             continue
-        (grown_step, _, back) = log["entries"][-1]
-        commit_t = {s: t for s, n, t in log["commits"] if n == 2}[grown_step]
+        grown_step, _, back = log["entries"][-1]
+        joined = [c for c in log["commits"] if c[1] == 2 and c[3] is None][0]
+        done = [c[3] - c[2] for c in log["commits"] if c[1] == 2 and c[3] is not None]
+        normal = statistics.median(done[:2])  # commits before the request
+        started = max(done[2:], default=normal) - normal  # the commit that spawned it
+        held_join = back - joined[2]
         before = [d for s, n, d in log["steps"] if n == 2 and s <= 20]
         during = [d for s, n, d in log["steps"] if n == 2 and 20 < s <= grown_step]
-        base = statistics.median(before)
-        ratio = statistics.mean(during) / base if during else float("nan")
-        out.append((back - commit_t, ratio, grown_step - 20))
+        ratio = statistics.mean(during) / statistics.median(before) if during else float("nan")
+        out.append((started, held_join, started + held_join, ratio, grown_step - 20))
     return out
 
 
@@ -133,18 +140,23 @@ def main():
                 t = time.perf_counter()
                 got = measure(launch(m, out, a))
                 rows[m] += got
-                print(f"repeat {r} {m}: pause {', '.join(f'{p:.3f}' for p, _, _ in got)} s, "
-                      f"{time.perf_counter() - t:.1f} s job", file=sys.stderr, flush=True)
-    print(f"2 -> 3 ranks at a commit every 10 steps, {a.repeats} launches per mode "
-          f"(medians over launches and the 2 old ranks)")
-    print("| growth | pause at the growing commit (s) | step time while the new rank starts "
-          "(x before) | steps trained meanwhile |")
-    print("|---|---|---|---|")
+                print(f"repeat {r} {m}: " + "; ".join(
+                    f"held {x[0]:.3f} + {x[1]:.3f} s" for x in got)
+                    + f" ({time.perf_counter() - t:.1f} s job)", file=sys.stderr, flush=True)
+    print(f"2 -> 3 ranks, a commit every 10 steps, {a.repeats} launches per mode, alternating "
+          f"(medians over launches and the 2 old ranks; max in brackets)")
+    print("| growth | held at the commit that starts it (s) | held at the commit that takes it "
+          "in (s) | total held (s) | step time meanwhile (x before) | steps trained meanwhile |")
+    print("|---|---|---|---|---|---|")
+
+    def med(xs):
+        xs = [x for x in xs if x == x]
+        return (statistics.median(xs), max(xs)) if xs else (float("nan"), float("nan"))
+
     for m, got in rows.items():
-        print(f"| {m} | {statistics.median(p for p, _, _ in got):.3f} "
-              f"(max {max(p for p, _, _ in got):.3f}) | "
-              f"{statistics.median(x for _, x, _ in got if x == x) if any(x == x for _, x, _ in got) else float('nan'):.2f} | "
-              f"{statistics.median(n for _, _, n in got):.0f} |")
+        cols = [med(x[i] for x in got) for i in range(5)]
+        print(f"| {m} | " + " | ".join(f"{c[0]:.3f} ({c[1]:.3f})" for c in cols[:3])
+              + f" | {cols[3][0]:.2f} | {cols[4][0]:.0f} |")
 
 
 if __name__ == "__main__":

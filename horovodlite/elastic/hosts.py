@@ -214,13 +214,21 @@ def agree_on_update():
     about a second at the commit that starts processes (they join later)."""
     if discovery_script() is None:
         return None
+    import numpy as np
+
     from ..basics import rank
     from ..objects import broadcast_object
+    from ..ops import broadcast_
 
     world.running_hosts()  # collective the first time; every rank is here
-    verdict = broadcast_object(_verdict() if rank() == 0 else None, 0, name="elastic.host_update")
-    if verdict is None:
+    verdict = _verdict() if rank() == 0 else None
+    # One 8-byte broadcast says whether anything happens (nearly always not); only
+    # then does the verdict itself travel.
+    flag = np.array([verdict is not None], dtype=np.int64)
+    broadcast_(flag, 0, name="elastic.host_update.any")
+    if not flag[0]:
         return None
+    verdict = broadcast_object(verdict, 0, name="elastic.host_update")
     if verdict[0] == "join":
         return Update(world.growth().hosts, [], False)
     if verdict[0] == "remove":
