@@ -4,9 +4,16 @@ replay of the schedule (3-rank averaging up to the last commit, 2-rank after) wi
 DistributedOptimizer; a job grows when discovery reports a third slot; without failures
 elastic equals plain training; a second death while the world re-forms still ends.
 
-Fusion is off in these jobs: with 3 ranks the order in which a sum is taken depends on
-how tensors were fused, which depends on timing, so only unfused runs can be compared
-bit for bit across jobs."""
+Fusion is off in these jobs, and that is inherent, not a bug: the allreduces cut a
+buffer into one block per rank, and block b's sum is taken starting at its owner
+(shared memory: x_b + x_b+1 + ...; the ring: from the rank after b around), so an
+element's order of addition depends on which block it falls in, i.e. on its offset in
+the fused buffer, i.e. on which tensors the cycle happened to batch together (timing).
+Every rank gets the same result (one rank reduces each block), but two jobs may not:
+with fusion on, test_no_failure_equals_plain_training was seen to fail against its
+reference while the ranks agreed. With 2 ranks it does not show (a + b == b + a in
+IEEE arithmetic); with 3, (a + b) + c != (b + c) + a. Unfused, a tensor's elements
+always sit at the same offsets, so jobs compare bit for bit."""
 import glob
 import os
 import pickle
