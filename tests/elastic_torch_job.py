@@ -1,7 +1,7 @@
 """A small torch training job for tests/test_elastic.py, elastic or plain.
 
     elastic:   python elastic_torch_job.py elastic OUT --steps 40 --commit-every 5
-                   [--kill RANK:STEP[,RANK:STEP]] [--grow-at STEP --grow-file F]
+                   [--kill RANK:STEP[,RANK:STEP]] [--grow-at STEP | --shrink-at STEP] --grow-file F
     reference: python elastic_torch_job.py plain OUT --schedule 0:3,10:2 --save F
 
 Each step every rank computes its gradient on data drawn from (step, rank, size), so a
@@ -10,6 +10,7 @@ segment of such a schedule. Each elastic process writes OUT/<pid>.pkl with its f
 parameters, the (step, size) it entered train() at, its reset-callback calls and
 timings."""
 import argparse
+import faulthandler
 import os
 import pickle
 import signal
@@ -22,6 +23,7 @@ import torch
 import horovodlite.torch as hvd
 
 torch.set_num_threads(1)
+faulthandler.register(signal.SIGUSR1, all_threads=True)  # stacks of a hung job, for debugging
 
 
 def model_and_optimizer():
@@ -72,7 +74,9 @@ def elastic(a):
     def train(state):
         log["entries"].append((state.step, hvd.size(), time.time(), flat(state.model),
                                flat_opt(state.optimizer)))
-        while state.step < a.steps:
+        # Until --steps, and while the job waits to grow (spawning may take longer than
+        # the steps do), until it grew: the same condition on every rank.
+        while state.step < a.steps or (a.until_grown and hvd.size() < 3 and state.step < 20 * a.steps):
             if kills.get(me) == state.step and hvd.size() == a.np:
                 with open(os.path.join(a.out, "killed_at"), "w") as f:
                     f.write(repr(time.time()))
@@ -80,6 +84,9 @@ def elastic(a):
             if a.grow_at is not None and state.step == a.grow_at and hvd.rank() == 0 and a.grow_file:
                 with open(a.grow_file, "w") as f:
                     f.write("3\n")
+            if a.shrink_at is not None and state.step == a.shrink_at and hvd.rank() == 0:
+                with open(a.grow_file, "w") as f:
+                    f.write("2\n")
             time.sleep(a.step_sleep)
             t = time.time()
             train_step(state.model, state.optimizer, state.step)
@@ -92,12 +99,16 @@ def elastic(a):
     t0 = time.time()
     try:
         train(state)
+    except SystemExit as e:  # told to leave (its host's slots were taken away)
+        log["left"] = (me, state.step, e.code)
+        raise
     except BaseException as e:
         log["errors"].append(f"{type(e).__name__}: {e}")
         raise
     finally:
         log["total"] = time.time() - t0
-        log["final"] = (hvd.rank(), hvd.size(), state.step, flat(state.model))
+        log["final"] = ((hvd.rank(), hvd.size()) if hvd.is_initialized() else (None, None)) + \
+            (state.step, flat(state.model))
         from horovodlite.elastic import runner
 
         log["stats"] = dict(runner.stats)
@@ -145,7 +156,9 @@ if __name__ == "__main__":
     p.add_argument("--kill", default="")
     p.add_argument("--kill-in-reset", type=int, default=None)
     p.add_argument("--grow-at", type=int, default=None)
-    p.add_argument("--grow-file", default=None)
+    p.add_argument("--grow-file", default=None, help="the discovery script's slot count")
+    p.add_argument("--until-grown", action="store_true", help="train on until the job grew to 3")
+    p.add_argument("--shrink-at", type=int, default=None, help="step at which it becomes 2")
     p.add_argument("--schedule", default="0:3", help="first step:world size, ...")
     p.add_argument("--save", default=None)
     p.add_argument("--step-sleep", type=float, default=0.0)

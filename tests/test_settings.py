@@ -237,6 +237,7 @@ def _elastic_cases():
         "ELASTIC_TIMEOUT": ("12", lambda: hosts.elastic_timeout() == 12),
         "ELASTIC_HOST_FAILURES": ("1", lambda: hosts._setting("HOST_FAILURES") == 1),
         "ELASTIC_COOLDOWN_SECONDS": ("7", lambda: hosts._setting("COOLDOWN_SECONDS") == 7),
+        "ELASTIC_GROW_IN_BACKGROUND": ("0", lambda: not world.grows_in_background()),
     }
 
 

@@ -85,6 +85,10 @@ enum class SettingType { INT, REAL, BOOL, STRING };
   X(ELASTIC_HOST_FAILURES, INT, "3", false,                                                  \
     "lost ranks on one host before that host is set aside (elastic)")                        \
   X(ELASTIC_COOLDOWN_SECONDS, REAL, "60", false, "how long a host is set aside (elastic)")  \
+  X(ELASTIC_GROW_IN_BACKGROUND, BOOL, "1", false,                                            \
+    "elastic: processes started for new slots join at the first commit after their script "  \
+    "reached hvd.init(), training going on meanwhile (0: at the commit that started them, "  \
+    "every rank waiting for their start-up)")                                                \
   X(HOSTNAME_OVERRIDE, STRING, "", false,                                                    \
     "the host name this rank reports (tests pretend ranks are on several hosts)")            \
   X(SHARED_ARENA_BYTES, INT, "68719476736", false,                                           \

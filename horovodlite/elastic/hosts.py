@@ -7,6 +7,12 @@ HOROVODLITE_ELASTIC_MIN_NP / _MAX_NP, HOROVODLITE_ELASTIC_RESET_LIMIT. Rank 0 ru
 script in a background thread (every HOROVODLITE_ELASTIC_DISCOVERY_INTERVAL seconds,
 default 1), so a commit only reads its last answer.
 
+When discovery reports more slots, rank 0 starts processes for them while training
+goes on, and they join at the first commit after they are ready; when a host reports
+fewer slots (or is gone), its highest ranks leave at a commit and exit, the others go
+on without them. Host names must be the hosts' own (socket.gethostname(), or
+HOROVODLITE_HOSTNAME_OVERRIDE; "localhost" is this machine).
+
 A failed process is never reused, but its host keeps its slots: a new process may be
 spawned there. A host is set aside for HOROVODLITE_ELASTIC_COOLDOWN_SECONDS (default 60)
 only when spawning on it failed, or when it lost HOROVODLITE_ELASTIC_HOST_FAILURES
@@ -21,7 +27,9 @@ import time
 from . import world
 from .. import settings
 
-Update = collections.namedtuple("Update", "hosts skip_sync")
+# A host update agreed at a commit: `hosts`, one name per process started for the job
+# (they wait to be joined); `remove`, ranks that leave; `skip_sync`: no process joins.
+Update = collections.namedtuple("Update", "hosts remove skip_sync")
 
 
 def _setting(name):
@@ -141,44 +149,117 @@ def usable(host):
     return until is None
 
 
-def plan_growth(wait=0.0):
-    """On rank 0: one host per process to spawn now ([] for none)."""
-    found = _discover(wait)
-    if not found:
-        return []
+def _free_slots(found):
+    """On rank 0: one host name per process that could be started now on the hosts
+    `found` (counting those being started), within --max-np."""
     running = collections.Counter(world.running_hosts())
-    size = sum(running.values())
+    pending = world.growth()
+    if pending is not None:
+        running.update(pending.hosts)
     cap = max_np()
-    room = (cap - size) if cap else None
+    room = (cap - sum(running.values())) if cap else None
     out = []
     for host, slots in found.items():
         if not usable(host):
             continue
-        free = slots - running.get(host, 0)
-        for _ in range(max(0, free)):
+        for _ in range(max(0, slots - running.get(host, 0))):
             if room is not None and len(out) >= room:
                 return out
             out.append(host)
     return out
 
 
+def plan_growth(wait=0.0):
+    """On rank 0: one host per process to start now ([] for none)."""
+    found = _discover(wait)
+    return _free_slots(found) if found else []
+
+
+def plan_removal(found):
+    """On rank 0: the ranks that leave because their host reports fewer slots than it
+    runs (the highest ranks there leave first) or is missing from the discovery output.
+    Names must be the hosts' own (as the ranks report them), as for growth. An answer
+    that would leave no rank (an empty output) is taken for a glitch of the script."""
+    if not found:
+        return []
+    hosts = world.running_hosts()
+    leave = []
+    for host in dict.fromkeys(hosts):
+        ranks = [r for r, h in enumerate(hosts) if h == host]
+        keep = found.get(host, 0)
+        leave += ranks[keep:] if keep < len(ranks) else []
+    return sorted(leave) if len(leave) < len(hosts) else []
+
+
+def _verdict():
+    """On rank 0, at a commit: what to do now. ("join",) once the processes started
+    earlier all wait in hvd.init(); ("remove", ranks) when hosts report fewer slots;
+    ("spawn", hosts) for free slots; None for nothing."""
+    pending = world.growth()
+    if pending is not None:
+        return ("join",) if pending.ready() else None
+    found = _discover()
+    if not found:
+        return None
+    leave = plan_removal(found)
+    if leave:
+        return ("remove", leave)
+    plan = _free_slots(found)
+    return ("spawn", plan) if plan else None
+
+
 def agree_on_update():
-    """At a commit, on every rank: rank 0's verdict on whether to grow now (None: no)."""
+    """At a commit, on every rank: acts on rank 0's verdict, returning the Update that
+    interrupts training (None: training goes on). It costs one small broadcast, and
+    about a second at the commit that starts processes (they join later)."""
     if discovery_script() is None:
         return None
+    import numpy as np
+
     from ..basics import rank
     from ..objects import broadcast_object
+    from ..ops import broadcast_
 
     world.running_hosts()  # collective the first time; every rank is here
-    plan = plan_growth() if rank() == 0 else None
-    plan = broadcast_object(plan, 0, name="elastic.host_update")
-    return Update(plan, skip_sync=False) if plan else None
+    verdict = _verdict() if rank() == 0 else None
+    # One 8-byte broadcast says whether anything happens (nearly always not); only
+    # then does the verdict itself travel.
+    flag = np.array([verdict is not None], dtype=np.int64)
+    broadcast_(flag, 0, name="elastic.host_update.any")
+    if not flag[0]:
+        return None
+    verdict = broadcast_object(verdict, 0, name="elastic.host_update")
+    if verdict[0] == "join":
+        return Update(world.growth().hosts, [], False)
+    if verdict[0] == "remove":
+        return Update([], verdict[1], True)
+    if not _start(verdict[1]):
+        return None
+    # HOROVODLITE_ELASTIC_GROW_IN_BACKGROUND=0: they join now, every rank waiting.
+    return None if world.grows_in_background() else Update(verdict[1], [], False)
+
+
+def _start(plan):
+    """Collective: starts processes on the hosts of `plan`; hosts where that fails
+    are set aside (spawn errors are collective, so on every rank alike)."""
+    try:
+        world.start_growth(plan)
+        return True
+    except world.mpi().Exception as e:
+        import logging
+
+        logging.getLogger("horovodlite.elastic").warning(
+            "horovodlite elastic: could not start processes on %s (%s); setting them aside",
+            sorted(set(plan)), e)
+        for h in set(plan):
+            set_aside(h)
+        return False
 
 
 def wait_for_min_np(grow):
     """After a reset left fewer than min-np processes: until HOROVODLITE_ELASTIC_TIMEOUT,
-    grow onto hosts discovery reports (grow(hosts) is collective); then fail on every
-    rank with a message."""
+    grow onto hosts discovery reports (grow(hosts) is collective; processes rank 0 was
+    starting already are joined first); then fail on every rank with a message."""
     from ..basics import rank, size
     from ..objects import broadcast_object
 
@@ -187,9 +268,12 @@ def wait_for_min_np(grow):
         return
     deadline = time.monotonic() + elastic_timeout()
     while True:
-        plan = plan_growth(wait=1.0) if rank() == 0 else None
-        if plan is not None and rank() == 0 and time.monotonic() > deadline:
-            plan = "timeout"
+        plan = None
+        if rank() == 0:
+            pending = world.growth()
+            plan = pending.hosts if pending is not None else plan_growth(wait=1.0)
+            if not plan and time.monotonic() > deadline:
+                plan = "timeout"
         plan = broadcast_object(plan, 0, name="elastic.min_np")
         if plan == "timeout" or (plan == [] and discovery_script() is None):
             d = _discovery["d"]
@@ -200,8 +284,8 @@ def wait_for_min_np(grow):
                 + ("no host discovery script to find more" if discovery_script() is None else
                    f"discovery reported no free slots within {elastic_timeout():g} s "
                    f"(HOROVODLITE_ELASTIC_TIMEOUT){why}"))
-        if plan:
-            grow(plan)
+        if plan and (world.growth() is not None or _start(plan)):
+            grow(plan)  # waits for them to reach hvd.init()
             if size() >= need:
                 return
         elif rank() == 0:

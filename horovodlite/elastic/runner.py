@@ -64,28 +64,39 @@ def _reform():
 
 
 def _grow(plan):
-    """Spawns one process per host in `plan`; a host where that fails is set aside."""
-    try:
-        world.grow(len(plan), plan, _registered_sets())
-    except _errors() as e:
-        log.warning("horovodlite elastic: could not start processes on %s (%s); setting them "
-                    "aside", sorted(set(plan)), e)
-        for h in set(plan):
-            hosts.set_aside(h)
-        world.grow(0, (), _registered_sets())  # the engine again on the same world
+    """Takes in the processes started for the hosts of `plan`."""
+    world.grow(_registered_sets())
 
 
-def reset(failure, update_hosts=()):
-    """Re-forms the world: from the survivors after a failure, onto `update_hosts` at a
-    host update; then waits for --min-np processes if fewer are left."""
+def _remove(ranks):
+    """Ranks `ranks` leave (their hosts report fewer slots); they exit cleanly here."""
+    if not world.remove(ranks, _registered_sets()):
+        log.info("horovodlite elastic: this process's host left the job; exiting")
+        raise SystemExit(0)
+
+
+def reset(failure, update=None):
+    """Re-forms the world: from the survivors after a failure; at a host update
+    (hosts.Update), with the processes started for it or without the ranks that
+    leave. Then waits for --min-np processes if fewer are left. A peer failing during
+    a host update turns it into a failure's reset."""
     t0 = time.monotonic()
+    if not failure and update is not None:
+        try:
+            if update.remove:
+                _remove(update.remove)
+            elif update.hosts:
+                _grow(list(update.hosts))
+        except _errors() as e:
+            log.warning("horovodlite elastic: a peer failed during a host update (%s)", e)
+            world.mark_lost()
+            failure = True
     if failure:
         _reform()
-    elif update_hosts:
-        _grow(list(update_hosts))
     hosts.wait_for_min_np(_grow)
     stats["resets"] += 1
     stats["last_reset_s"] = time.monotonic() - t0
+    return failure
 
 
 def run_fn(func, reset_fn=reset):
@@ -106,14 +117,26 @@ def run_fn(func, reset_fn=reset):
                 world.mark_lost()
                 stats["last_error"] = str(e)
                 state.restore()
-                skip_sync, failure, plan = False, True, ()
+                skip_sync, failure, plan = False, True, None
             except HostsUpdatedInterrupt as e:
-                skip_sync, failure, plan = e.skip_sync, False, e.hosts
+                skip_sync, failure, plan = e.skip_sync, False, e.update
             resets += 1
             if limit is not None and resets > limit:
                 raise RuntimeError(f"horovodlite elastic: the world was re-formed {limit} times "
                                    f"(--reset-limit {limit}); giving up")
-            reset_fn(failure, plan)
+            try:
+                met_failure = reset_fn(failure, plan)
+            except (RuntimeError, SystemExit, KeyboardInterrupt):
+                raise  # the clear errors, raised on every rank alike; leaving
+            except BaseException:
+                # A bug: this rank cannot take part in re-forming the world, and the
+                # others would wait for it there. Ending the job is better than a hang.
+                log.exception("horovodlite elastic: re-forming the world failed; aborting the job")
+                world.mpi().COMM_WORLD.Abort(1)
+                raise
+            if met_failure and not failure:  # a host update that met a failure
+                state.restore()
+                skip_sync = False
             state.reset()
             state.on_reset()
 

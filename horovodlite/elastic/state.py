@@ -12,12 +12,14 @@ from . import hosts as _hosts
 class HostsUpdatedInterrupt(RuntimeError):
     """Raised at a commit on every rank when the job's hosts changed: the run wrapper
     re-forms the world (without restoring: the state was just committed). `skip_sync`
-    is True when no process joined, so every rank already has the state."""
+    is True when no process joined, so every rank already has the state. `update`: the
+    hosts.Update agreed at the commit (processes to join, ranks that leave)."""
 
-    def __init__(self, skip_sync=False, hosts=()):
+    def __init__(self, skip_sync=False, update=None):
         super().__init__("the job's hosts changed; the world is re-formed at this commit")
         self.skip_sync = skip_sync
-        self.hosts = list(hosts)  # one entry per process to start
+        self.update = update
+        self.hosts = list(update.hosts) if update is not None else []  # one per process joining
 
 
 class State:
@@ -51,7 +53,7 @@ class State:
     def check_host_updates(self):
         update = _hosts.agree_on_update()
         if update is not None:
-            raise HostsUpdatedInterrupt(skip_sync=update.skip_sync, hosts=update.hosts)
+            raise HostsUpdatedInterrupt(skip_sync=update.skip_sync, update=update)
 
     def save(self):
         raise NotImplementedError

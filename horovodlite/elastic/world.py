@@ -3,9 +3,13 @@
 Elastic training needs ULFM (`mpirun --with-ft ulfm`, which `horovodlite-run --elastic`
 passes): after a peer died, the survivors shrink the last world to the living
 (MPIX_Comm_shrink, a consensus that tolerates further failures while it runs) and start
-the engine again on it. A job grows by MPI_Comm_spawn: the new processes run the same
-command, find their parent communicator in hvd.init() and merge with it, while the
-old ranks merge from inside state.commit().
+the engine again on it.
+
+A job grows without waiting for its new processes to start up (growth.py): they are
+spawned and merged at one commit, training goes on on the old world, and the engine
+moves to the merged world at the first commit after they all reached hvd.init(). A
+job also shrinks when discovery reports fewer slots: the ranks that leave split off
+and exit (remove()).
 
 MPI_Finalize after a member died can wait for it forever (seen about one exit in six),
 so a process whose world ever lost a member exits without finalizing."""
@@ -35,17 +39,25 @@ def mpi():
     return _state["mpi"]
 
 
-def _finalize():
-    MPI = _state["mpi"]
-    if _state["lost"] or MPI.Is_finalized():
-        return
+def _will_not_finalize():
+    """A process that lost a member (or whose engine saw one fail) does not finalize:
+    MPI_Finalize waits for every process of the job (seen hanging in about one exit in
+    six after a death). It is all or none: a process that finalizes while another of
+    the job exits without it makes mpirun abort the job or report a failure."""
+    if _state["lost"]:
+        return True
     try:
         from .._loader import _core
 
-        if _core.ever_failed():
-            return
+        return bool(_core.ever_failed())
     except Exception:
-        pass
+        return False
+
+
+def _finalize():
+    MPI = _state["mpi"]
+    if MPI.Is_finalized() or _will_not_finalize():
+        return
     MPI.Finalize()
 
 
@@ -60,7 +72,7 @@ def default_comm():
     """What hvd.init() runs on when given no communicator: the elastic world in an
     elastic job (joining the job first if this process was spawned to grow it), else
     None (MPI_COMM_WORLD)."""
-    if _state["comm"] is None and not enabled():
+    if _state["comm"] is None and _state.get("joining") is None and not enabled():
         return None
     return comm()
 
@@ -69,11 +81,11 @@ def comm():
     """The current world communicator (errors return instead of aborting)."""
     if _state["comm"] is None:
         MPI = mpi()
-        parent = MPI.Comm.Get_parent()
-        if parent != MPI.COMM_NULL:
-            # Spawned to grow the job: the old ranks merge with us from commit().
-            parent.Set_errhandler(MPI.ERRORS_RETURN)
-            c = parent.Merge(high=True)
+        if _state.get("joining") is not None:
+            # Spawned to grow the job: the old ranks take us in at a commit (grow()).
+            from . import growth as growth_mod
+
+            c = growth_mod.join_at_init(_state.pop("joining"))
             _state["joined"] = True
         else:
             c = MPI.COMM_WORLD.Dup()
@@ -133,55 +145,99 @@ def reform(process_sets=None):
     except MPI.Exception:
         pass
     shrunk = base.Shrink()
+    if _state.get("growth") is not None:
+        # Their merged world holds the dead: they are told to exit (by the new rank 0)
+        # and the next commits start others for the free slots.
+        _state["comm"] = shrunk
+        _cancel_growth(lost=True)
     shrunk.Set_errhandler(MPI.ERRORS_RETURN)
     old_rank = base.Get_rank()
     _restart(shrunk, process_sets, old_rank)
     return old_rank
 
 
-def _spawn_info(MPI, hosts):
-    """Where to start them: this machine is in mpirun's allocation already (and is
-    'localhost' to it); other hosts are added to the allocation."""
-    info = MPI.Info.Create()
-    info.Set("wdir", os.getcwd())
-    me = host_name()
-    names = ["localhost" if h == me else h for h in hosts]
-    if any(n != "localhost" for n in names):
-        info.Set("host", ",".join(names))
-        info.Set("PMIX_ADD_HOST", ",".join(sorted({n for n in names if n != "localhost"})))
-    return info
+def adopt(MPI, merged):
+    """In a process spawned to grow the job (growth.spawned_main): MPI is running, and
+    `merged` is what its hvd.init() joins."""
+    _state["mpi"], _state["own_mpi"], _state["joining"] = MPI, True, merged
 
 
-def _spawn_and_merge(base, count, hosts):
-    """MPI_Comm_spawn of `count` processes running this command, merged with `base`
-    (collective over `base`; the new processes merge from their hvd.init())."""
-    MPI = mpi()
-    info = _spawn_info(MPI, hosts)
-    argv = list(getattr(sys, "orig_argv", [sys.executable] + sys.argv))[1:]
+def start_growth(hosts):
+    """Collective over the current world: starts one process per host name in `hosts`
+    (growth.spawn); they join later, at world.grow()."""
+    from . import growth as growth_mod
+
+    assert _state.get("growth") is None
+    _state["growth"] = growth_mod.spawn(comm(), hosts)
+    if not _state.get("cancel_registered"):
+        atexit.register(_cancel_growth)  # before _finalize, registered earlier
+        _state["cancel_registered"] = True
+    return _state["growth"]
+
+
+def grows_in_background():
+    from .. import settings
+
+    return bool(settings.value("ELASTIC_GROW_IN_BACKGROUND"))
+
+
+def growth():
+    """The processes started for the job that have not joined yet (a growth.Growth)."""
+    return _state.get("growth")
+
+
+def _cancel_growth(lost=None):
+    """Processes started but not joined are told to exit (the job ends first, or lost a
+    member), so none waits forever, nor makes MPI_Finalize wait. Sent by one rank."""
+    from . import growth as growth_mod
+
+    g = _state.pop("growth", None)
+    if g is None or comm().Get_rank() != 0:
+        return
     try:
-        inter = base.Spawn(sys.executable, args=argv, maxprocs=count, root=0, info=info)
-    finally:
-        info.Free()
-    inter.Set_errhandler(MPI.ERRORS_RETURN)
-    merged = inter.Merge(high=False)
-    merged.Set_errhandler(MPI.ERRORS_RETURN)
-    return merged
+        g.tell(growth_mod._CANCEL, _will_not_finalize() if lost is None else lost)
+    except mpi().Exception:
+        pass
 
 
-def grow(count, hosts=(), process_sets=None):
-    """Spawns `count` new processes running this command (on `hosts`, one host name per
-    process, where given) and starts the engine on the merged world, waiting for them.
-    Collective over the current world. (Spawning from a background thread while the
-    engine runs, so training would go on while they start, crashed OpenMPI 5.0's
-    progress engine: the old ranks wait here instead.)"""
+def grow(process_sets=None):
+    """Takes in the processes started by start_growth(), waiting on rank 0 until each
+    reached hvd.init() (at once when growth().ready() said so), and starts the engine
+    on the merged world, old ranks first. Collective over the current world."""
     from .. import basics
+    from . import growth as growth_mod
 
+    g = _state["growth"]
     base = comm()
     basics.shutdown()
-    if count <= 0:
-        _restart(base, process_sets, base.Get_rank())
-        return
-    _restart(_spawn_and_merge(base, count, hosts), process_sets, base.Get_rank())
+    if base.Get_rank() == 0:
+        g.ready(wait=True)
+        g.tell(growth_mod._JOIN, _will_not_finalize())
+    _state["growth"] = None
+    _restart(g.merged, process_sets, base.Get_rank())
+
+
+def remove(ranks, process_sets=None):
+    """Ranks `ranks` of the current world leave (their host left the discovery output,
+    or reports fewer slots): every rank stops the engine and the world is split; those
+    leaving get False (they are to exit), the others start the engine on the rest and
+    get True. Collective over the current world."""
+    from .. import basics
+
+    MPI = mpi()
+    base = comm()
+    me = base.Get_rank()
+    basics.shutdown()
+    leaving = me in set(ranks)
+    rest = base.Split(MPI.UNDEFINED if leaving else 0, me)
+    # A process that leaves exits without finalizing while the others go on, which MPI
+    # takes for a failure: no MPI_Finalize may wait for it.
+    mark_lost()
+    if leaving:
+        return False
+    rest.Set_errhandler(MPI.ERRORS_RETURN)
+    _restart(rest, process_sets, me)
+    return True
 
 
 def _recreate_sets(process_sets):
