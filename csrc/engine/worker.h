@@ -19,6 +19,7 @@
 #include "controller.h"
 #include "parameters.h"
 #include "device.h"
+#include "doorbell.h"
 #include "tensor_queue.h"
 #include "timeline.h"
 
@@ -69,6 +70,7 @@ class Worker {
  private:
   void loop();
   void wait_for_round();
+  void sleep_until_round();  // wait_for_round() with a Doorbell
   // The batching window (cycle time), which also bounds how long a round holds back.
   std::chrono::nanoseconds cycle() const {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -85,6 +87,7 @@ class Worker {
   Controller controller_;
   DeviceSet devices_;  // host memory and the GPU this process uses, with their buffers
   std::unique_ptr<AllreduceAlgorithm> allreduce_;  // null: the flat ring
+  std::unique_ptr<Doorbell> doorbell_;  // null: wake-ups through the transport, polled
   WorkerStats stats_;
   uint64_t round_ = 1;
   bool running_ = true;
