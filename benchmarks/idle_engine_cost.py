@@ -2,6 +2,8 @@
 MPI_Allreduce timed with no engine (before hvd.init / after hvd.shutdown) and with the
 engine initialised and idle, alternating A B A B within one launch; the table shows the
 median ratio idle / none (and its range) per size. Target: <= 1.05 at every size.
+Beside it, from /proc (immune to a shared machine's noise): what the idle engine's
+threads (every thread but the main one) use, in CPU us and wake-ups per second.
 
     mpirun -np 2 --oversubscribe --bind-to none python benchmarks/idle_engine_cost.py \\
         [--repeats 7] [--sizes 4K,1M,64M]
@@ -43,6 +45,23 @@ def block(nbytes, seconds=0.25):
     return comm.allreduce(dt, op=MPI.MAX)
 
 
+def other_threads():
+    """(ns on cpu, context switches) summed over every thread but the calling one."""
+    me = __import__("threading").get_native_id()
+    ns = sw = 0
+    for tid in os.listdir("/proc/self/task"):
+        if int(tid) == me:
+            continue
+        try:
+            ns += int(open(f"/proc/self/task/{tid}/schedstat").read().split()[0])
+            for line in open(f"/proc/self/task/{tid}/status"):
+                if line.startswith(("voluntary_ctxt", "nonvoluntary_ctxt")):
+                    sw += int(line.split()[-1])
+        except (OSError, ValueError):
+            pass
+    return ns, sw
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=7)
@@ -50,18 +69,22 @@ def main():
     args = ap.parse_args()
     sizes = [parse_size(s) for s in args.sizes.split(",")]
     times = {(s, mode): [] for s in sizes for mode in ("none", "idle")}
-    report = {}
+    idle_cpu = []  # (cpu us per s, wake-ups per s) of the engine's threads, per idle block
     for rep in range(args.repeats):
         for mode in (("none", "idle") if rep % 2 == 0 else ("idle", "none")):
             if mode == "idle":
                 hvd.init()
                 hvd.allreduce(np.ones(1024, np.float32), name="idle.warm")  # engine ran once
-                report = hvd.engine_report() if hasattr(hvd, "engine_report") else report
                 time.sleep(0.05)  # settled: nothing in flight
+                t0, (ns0, sw0) = time.perf_counter(), other_threads()
             for s in sizes:
                 times[(s, mode)].append(block(s))
             if mode == "idle":
+                ns1, sw1 = other_threads()
+                dt = time.perf_counter() - t0
+                idle_cpu.append(((ns1 - ns0) / 1e3 / dt, (sw1 - sw0) / dt))
                 hvd.shutdown()
+    gathered = comm.gather(idle_cpu, 0)
     if comm.rank == 0:
         load = " ".join(open("/proc/loadavg").read().split()[:3])
         wake = os.environ.get("HOROVODLITE_WAKEUP", "auto (default)")
@@ -75,6 +98,11 @@ def main():
             print(f"{label:>8s} {statistics.median(times[(s, 'none')]) * 1e6:10.1f} "
                   f"{statistics.median(times[(s, 'idle')]) * 1e6:10.1f} "
                   f"{statistics.median(ratios):17.3f} {min(ratios):6.3f}-{max(ratios):.3f}")
+        for r, blocks in enumerate(gathered):
+            cpu = statistics.median(b[0] for b in blocks)
+            wakes = statistics.median(b[1] for b in blocks)
+            print(f"rank {r}: the idle engine's threads used {cpu:.0f} us of CPU per second "
+                  f"and woke {wakes:.0f} times per second (median of the idle blocks)")
 
 
 if __name__ == "__main__":
