@@ -91,7 +91,9 @@ def _steps(args):
 
 
 def _report(rank, size, img_secs, extra):
-    # Every rank's figures: the job is as fast as its slowest rank.
+    # Every rank's figures: the job is as fast as its slowest rank. (Staggered, so the
+    # launcher's forwarding does not interleave them.)
+    __import__("time").sleep(0.2 * rank)
     print("RESULT " + json.dumps({"rank": rank, "size": size, "img_secs": img_secs, **extra}),
           flush=True)
 
@@ -205,6 +207,8 @@ def _mpi_command(launch, np_):
 def _launch(impl, np_, passthrough, own):
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     python = sys.executable
+    impl, _, launch = impl.partition("@")  # impl@LAUNCH: this one starts another way
+    launch = launch or own.launch
     if impl == "horovodlite-before":  # the same worker, another installation
         python, impl = own.before, "horovodlite"
     elif "=" in impl:  # horovodlite with settings: horovodlite:NAME=VALUE
@@ -219,11 +223,18 @@ def _launch(impl, np_, passthrough, own):
                "--master_port", str(_free_port()), *script]
     else:
         env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-        cmd = [*_mpi_command(own.launch, np_), python, *script]
+        cmd = [*_mpi_command(launch, np_), python, *script]
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                           env=env, timeout=own.timeout)
-    ranks = [json.loads(line[len("RESULT "):]) for line in proc.stdout.splitlines()
-             if line.startswith("RESULT ")]
+    # Ranks print at once, so two RESULT lines may interleave: decode each object.
+    ranks, dec, at = [], json.JSONDecoder(), proc.stdout.find("RESULT {")
+    while at >= 0:
+        try:
+            obj, end = dec.raw_decode(proc.stdout, at + len("RESULT "))
+            ranks.append(obj)
+        except ValueError:
+            end = at + 1
+        at = proc.stdout.find("RESULT {", end)
     if len(ranks) != np_:
         raise RuntimeError(f"{impl} np={np_} failed (exit {proc.returncode}):\n"
                            f"{proc.stdout[-3000:]}")
@@ -245,7 +256,7 @@ def args_batch(passthrough):
 
 
 def _available(impl):
-    if impl != "horovod":
+    if impl.partition("@")[0] != "horovod":
         return True
     return importlib.util.find_spec("horovod") is not None
 
@@ -254,7 +265,8 @@ def main():
     ex = _example()
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--worker", choices=IMPLS, help=argparse.SUPPRESS)
-    # --impls also takes horovodlite:NAME=VALUE[:NAME=VALUE] (HOROVODLITE_ settings).
+    # --impls also takes horovodlite:NAME=VALUE[:NAME=VALUE] (HOROVODLITE_ settings)
+    # and IMPL@LAUNCH (that implementation started the --launch way LAUNCH).
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--np", type=int, default=2)
     ap.add_argument("--impls", default=",".join(IMPLS))
