@@ -1,12 +1,28 @@
-"""Training throughput of the synthetic ResNet (examples/pytorch_synthetic_benchmark.py)
-at 1 and 2 ranks, one torch thread per rank, with horovodlite (DistributedOptimizer,
-under mpirun) and with torch DDP over gloo (under torchrun), run interleaved
-(hvdl np1, ddp np1, hvdl np2, ddp np2, repeated) so that machine noise hits both alike.
+"""Training throughput against the no-exchange bound: the synthetic ResNets of
+examples/pytorch_synthetic_benchmark.py at 2 ranks, one torch thread per rank, with
 
-    python benchmarks/torch_training.py [--model resnet18 --repeats 3]
+  bound        the same 2 ranks training with no gradient exchange at all
+  horovodlite  DistributedOptimizer
+  ddp-gloo     torch DistributedDataParallel over gloo (under torchrun)
+  horovod      Horovod's DistributedOptimizer, when `horovod.torch` imports (never a
+               dependency)
 
-Scaling efficiency = throughput(np=2) / (2 x throughput(np=1)). Each rank pins itself
-to one core (--no-pin to leave placement to the OS), the same for both frameworks."""
+run interleaved (every implementation once per repeat, the order rotating between
+repeats) so that machine noise hits all alike. Each implementation's img/s is divided by
+the bound *of the same repeat*; the table shows the median fraction and its range.
+
+    python benchmarks/torch_training.py [--model smallcnn --batch-size 32 --repeats 5]
+        [--launch mpirun-yield|mpirun|horovodlite-run] [--pin] [--impls bound,horovodlite,...]
+
+--launch says how the MPI-based implementations start: `mpirun-yield` (default):
+`mpirun --bind-to none --mca mpi_yield_when_idle 1`; `mpirun`: plain `mpirun -np N`
+(OpenMPI's defaults: each rank bound to a core); `horovodlite-run`: our launcher with its
+defaults. --pin pins each rank's main thread to one core after start-up.
+
+Per-step engine costs are printed beside the throughput (from /proc, so immune to the
+noise of a shared machine): CPU time of the threads other than the training thread, and
+their context switches (wake-ups), per step and rank; for horovodlite also negotiation
+rounds per step."""
 import argparse
 import importlib.util
 import json
@@ -20,6 +36,7 @@ import timeit
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+IMPLS = ("bound", "horovodlite", "ddp-gloo", "horovod")
 
 
 def _example():
@@ -35,20 +52,106 @@ def _pin(rank):
     os.sched_setaffinity(0, {cpus[rank % len(cpus)]})
 
 
-def _report(rank, size, img_secs):
-    if rank == 0:
-        print("RESULT " + json.dumps({"size": size, "img_secs": img_secs}), flush=True)
+def _threads():
+    """{tid: (name, ns on cpu, context switches)} of this process's threads."""
+    out = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            base = f"/proc/self/task/{tid}/"
+            name = open(base + "comm").read().strip()
+            ns = int(open(base + "schedstat").read().split()[0])
+            sw = 0
+            for line in open(base + "status"):
+                if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")):
+                    sw += int(line.split()[-1])
+            out[int(tid)] = (name, ns, sw)
+        except (OSError, ValueError, IndexError):
+            pass
+    return out
 
 
-def worker_hvdl(args):
-    import horovodlite.torch as hvd
+def _others(before, after, steps):
+    """CPU ms and context switches per step of every thread but the calling one."""
+    me = __import__("threading").get_native_id()
+    ms = sw = 0.0
+    by_name = {}
+    for tid, (name, ns, s) in after.items():
+        if tid == me:
+            continue
+        b = before.get(tid, (name, 0, 0))
+        ms += (ns - b[1]) / 1e6
+        sw += s - b[2]
+        by_name[name] = by_name.get(name, 0) + (ns - b[1]) / 1e6 / steps
+    return {"other_ms_per_step": ms / steps, "other_switches_per_step": sw / steps,
+            "by_thread": {k: round(v, 2) for k, v in by_name.items() if v >= 0.01}}
 
-    hvd.init()
+
+def _steps(args):
+    return args.num_warmup_batches + args.num_batches_per_iter * args.num_iters
+
+
+def _report(rank, size, img_secs, extra):
+    # Every rank's figures: the job is as fast as its slowest rank. (Staggered, so the
+    # launcher's forwarding does not interleave them.)
+    __import__("time").sleep(0.2 * rank)
+    print("RESULT " + json.dumps({"rank": rank, "size": size, "img_secs": img_secs, **extra}),
+          flush=True)
+
+
+class _NoExchange:
+    """Stands in for a framework module: the bound trains with nothing exchanged."""
+
+    class Compression:
+        none = fp16 = None
+
+    def __init__(self):
+        self._size = int(os.environ.get("OMPI_COMM_WORLD_SIZE", "1"))
+        self._rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", "0"))
+
+    def size(self):
+        return self._size
+
+    def rank(self):
+        return self._rank
+
+    def DistributedOptimizer(self, opt, **kwargs):  # noqa: N802 - Horovod's name
+        return opt
+
+    def broadcast_parameters(self, *a, **k):
+        pass
+
+    def broadcast_optimizer_state(self, *a, **k):
+        pass
+
+
+def worker_framework(args, impl):
+    if impl == "bound":
+        hvd = _NoExchange()
+    elif impl == "horovod":
+        import horovod.torch as hvd
+        hvd.init()
+    else:
+        import horovodlite.torch as hvd
+        hvd.init()
+    rank, size = hvd.rank(), hvd.size()
     if args.pin:
-        _pin(hvd.local_rank())
+        _pin(int(os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK", rank)))
+    before = _threads()
+    rounds0 = _rounds(impl)
     img_secs = _example().run(args, hvd, log=lambda *a, **k: None)
-    _report(hvd.rank(), hvd.size(), img_secs)
-    hvd.shutdown()
+    extra = _others(before, _threads(), _steps(args))
+    if impl == "horovodlite":
+        extra["rounds_per_step"] = (_rounds(impl) - rounds0) / _steps(args)
+    _report(rank, size, img_secs, extra)
+    if impl != "bound":
+        hvd.shutdown()
+
+
+def _rounds(impl):
+    if impl != "horovodlite":
+        return 0
+    from horovodlite._loader import _core
+    return _core.stats(0)["rounds"]
 
 
 def worker_ddp(args):
@@ -63,21 +166,24 @@ def worker_ddp(args):
         _pin(int(os.environ.get("LOCAL_RANK", rank)))
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    model = DDP(_example().MODELS[args.model]())
+    net = _example().MODELS[args.model]()
+    classes = net.fc.out_features
+    model = DDP(net)
     opt = torch.optim.SGD(model.parameters(), lr=0.01 * size, momentum=0.9)
     data = torch.randn(args.batch_size, 3, args.image_size, args.image_size)
-    target = torch.randint(0, 1000, (args.batch_size,))
+    target = torch.randint(0, classes, (args.batch_size,))
 
     def step():
         opt.zero_grad()
         F.cross_entropy(model(data), target).backward()
         opt.step()
 
+    before = _threads()
     timeit.timeit(step, number=args.num_warmup_batches)
     img_secs = [args.batch_size * args.num_batches_per_iter /
                 timeit.timeit(step, number=args.num_batches_per_iter)
                 for _ in range(args.num_iters)]
-    _report(rank, size, img_secs)
+    _report(rank, size, img_secs, _others(before, _threads(), _steps(args)))
     dist.destroy_process_group()
 
 
@@ -87,63 +193,143 @@ def _free_port():
         return s.getsockname()[1]
 
 
-def _launch(impl, np_, passthrough, timeout):
+def _mpi_command(launch, np_):
+    bindir = Path(sys.executable).parent
+    if launch == "horovodlite-run":
+        return [str(bindir / "horovodlite-run"), "-np", str(np_)]
+    mpirun = bindir / "mpirun"
+    cmd = [str(mpirun) if mpirun.exists() else shutil.which("mpirun"), "-np", str(np_)]
+    if launch == "mpirun-yield":
+        cmd += ["--oversubscribe", "--bind-to", "none", "--mca", "mpi_yield_when_idle", "1"]
+    return cmd
+
+
+def _launch(impl, np_, passthrough, own):
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    python = sys.executable
+    impl, _, launch = impl.partition("@")  # impl@LAUNCH: this one starts another way
+    launch = launch or own.launch
+    if impl == "horovodlite-before":  # the same worker, another installation
+        python, impl = own.before, "horovodlite"
+    elif "=" in impl:  # horovodlite with settings: horovodlite:NAME=VALUE
+        for item in impl.split(":")[1:]:
+            k, _, v = item.partition("=")
+            env["HOROVODLITE_" + k] = v
+        impl = "horovodlite"
     script = [str(Path(__file__).resolve()), "--worker", impl, *passthrough]
-    if impl == "hvdl":
-        mpirun = Path(sys.executable).parent / "mpirun"
-        env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-        cmd = [str(mpirun) if mpirun.exists() else shutil.which("mpirun"), "--oversubscribe",
-               "--bind-to", "none", "-np", str(np_), sys.executable, *script]
-    else:
+    if impl == "ddp-gloo":
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1",
                "--nproc_per_node", str(np_), "--master_addr", "127.0.0.1",
                "--master_port", str(_free_port()), *script]
+    else:
+        env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+        cmd = [*_mpi_command(launch, np_), python, *script]
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          env=env, timeout=timeout)
-    for line in proc.stdout.splitlines():
-        if line.startswith("RESULT "):
-            return json.loads(line[len("RESULT "):])["img_secs"]
-    raise RuntimeError(f"{impl} np={np_} failed (exit {proc.returncode}):\n{proc.stdout[-3000:]}")
+                          env=env, timeout=own.timeout)
+    # Ranks print at once, so two RESULT lines may interleave: decode each object.
+    ranks, dec, at = [], json.JSONDecoder(), proc.stdout.find("RESULT {")
+    while at >= 0:
+        try:
+            obj, end = dec.raw_decode(proc.stdout, at + len("RESULT "))
+            ranks.append(obj)
+        except ValueError:
+            end = at + 1
+        at = proc.stdout.find("RESULT {", end)
+    if len(ranks) != np_:
+        raise RuntimeError(f"{impl} np={np_} failed (exit {proc.returncode}):\n"
+                           f"{proc.stdout[-3000:]}")
+    # Total img/s: every rank does the same batches, so the job runs at its slowest
+    # rank's median per-iteration speed, times the ranks.
+    total = min(statistics.median(r["img_secs"]) for r in ranks) * np_
+    costs = {k: statistics.mean(r[k] for r in ranks)
+             for k in ("other_ms_per_step", "other_switches_per_step", "rounds_per_step")
+             if k in ranks[0]}
+    # The other threads' CPU as a share of the step (steps stretch under load).
+    costs["other_cpu_share"] = costs["other_ms_per_step"] * total / np_ / args_batch(passthrough) / 1e3
+    if own.verbose:
+        print(f"    threads (ms/step): {[(r['rank'], r['other_ms_per_step'], r.get('by_thread')) for r in ranks]}", flush=True)
+    return total, costs
+
+
+def args_batch(passthrough):
+    return int(passthrough[passthrough.index("--batch-size") + 1])
+
+
+def _available(impl):
+    if impl.partition("@")[0] != "horovod":
+        return True
+    return importlib.util.find_spec("horovod") is not None
 
 
 def main():
     ex = _example()
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--worker", choices=["hvdl", "ddp"], help=argparse.SUPPRESS)
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--no-pin", dest="pin", action="store_false")
+    ap.add_argument("--worker", choices=IMPLS, help=argparse.SUPPRESS)
+    # --impls also takes horovodlite:NAME=VALUE[:NAME=VALUE] (HOROVODLITE_ settings)
+    # and IMPL@LAUNCH (that implementation started the --launch way LAUNCH).
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--np", type=int, default=2)
+    ap.add_argument("--impls", default=",".join(IMPLS))
+    ap.add_argument("--launch", default="mpirun-yield",
+                    choices=("mpirun-yield", "mpirun", "horovodlite-run"))
+    ap.add_argument("--pin", action="store_true")
+    ap.add_argument("--before", metavar="PYTHON",
+                    help="also run horovodlite-before: the python of another installation "
+                         "(before/after comparisons in one launch)")
     ap.add_argument("--timeout", type=int, default=600)
+    ap.add_argument("--verbose", action="store_true", help="CPU per thread name")
     own, rest = ap.parse_known_args()
+    if "--model" not in rest:
+        rest += ["--model", "smallcnn"]
+    if "--batch-size" not in rest:
+        rest += ["--batch-size", "32"]
     args = ex.parse_args(rest)
     args.pin = own.pin
-    if own.worker == "hvdl":
-        return worker_hvdl(args)
-    if own.worker == "ddp":
+    if own.worker == "ddp-gloo":
         return worker_ddp(args)
+    if own.worker:
+        return worker_framework(args, own.worker)
 
-    passthrough = rest + ([] if own.pin else ["--no-pin"])
+    passthrough = rest + (["--pin"] if own.pin else [])
+    impls = [i for i in own.impls.split(",") if i]
+    if "bound" not in impls:
+        impls.insert(0, "bound")
+    if own.before and "horovodlite-before" not in impls:
+        impls.append("horovodlite-before")
+    skipped = [i for i in impls if not _available(i)]
+    impls = [i for i in impls if i not in skipped]
     print(f"model {args.model}, batch {args.batch_size}/rank, image {args.image_size}px, "
-          f"{args.threads} thread/rank, {args.num_iters} x {args.num_batches_per_iter} batches "
-          f"timed, {own.repeats} interleaved repeats, pinned: {own.pin}", flush=True)
-    runs = {(impl, n): [] for n in (1, 2) for impl in ("horovodlite", "ddp-gloo")}
+          f"{args.threads} thread/rank, np={own.np}, {args.num_iters} x "
+          f"{args.num_batches_per_iter} batches timed, {own.repeats} interleaved repeats, "
+          f"launch: {own.launch}, pinned: {own.pin}"
+          + (f"; not importable, skipped: {', '.join(skipped)}" if skipped else ""), flush=True)
+    ips = {i: [] for i in impls}
+    frac = {i: [] for i in impls}
+    costs = {i: [] for i in impls}
     for rep in range(own.repeats):
-        for n in (1, 2):
-            for impl, tag in (("hvdl", "horovodlite"), ("ddp", "ddp-gloo")):
-                per_rank = statistics.median(_launch(impl, n, passthrough, own.timeout))
-                runs[(tag, n)].append(per_rank * n)
-                print(f"  repeat {rep + 1}: {tag:12s} np={n}: {per_rank * n:7.2f} img/s total",
-                      flush=True)
-    # On a shared machine other tenants only ever slow a run down, so the best of the
-    # repeats is the least disturbed figure; the median is shown beside it.
-    for label, pick in (("median", statistics.median), ("best", max)):
-        print(f"\n{label + ' of runs':12s} {'np=1 img/s':>11s} {'np=2 img/s':>11s} "
-              f"{'efficiency':>11s}")
-        for tag in ("horovodlite", "ddp-gloo"):
-            one, two = pick(runs[(tag, 1)]), pick(runs[(tag, 2)])
-            print(f"{tag:12s} {one:11.2f} {two:11.2f} {two / (2 * one):11.3f}")
-        h2, d2 = pick(runs[("horovodlite", 2)]), pick(runs[("ddp-gloo", 2)])
-        print(f"horovodlite / ddp-gloo at np=2: {h2 / d2:.3f}x")
+        order = impls[rep % len(impls):] + impls[:rep % len(impls)]
+        this = {}
+        for impl in order:
+            this[impl], c = _launch(impl, own.np, passthrough, own)
+            costs[impl].append(c)
+            print(f"  repeat {rep + 1}: {impl:12s} {this[impl]:7.1f} img/s  " +
+                  "  ".join(f"{k} {v:.2f}" for k, v in c.items()), flush=True)
+        for impl in impls:
+            ips[impl].append(this[impl])
+            frac[impl].append(this[impl] / this["bound"])
+    load = open("/proc/loadavg").read().split()[:3]
+    print(f"\nload average after the runs: {' '.join(load)}")
+    print(f"{'':12s} {'img/s median (range)':>24s} {'fraction of bound':>26s} "
+          f"{'other threads ms/step':>22s} {'cpu share':>10s} {'switches/step':>14s} "
+          f"{'rounds/step':>12s}")
+    for impl in impls:
+        med = lambda k: statistics.median(c[k] for c in costs[impl]) if k in costs[impl][0] else float("nan")  # noqa: E731
+        print(f"{impl:12s} {statistics.median(ips[impl]):8.1f} ({min(ips[impl]):6.1f}-"
+              f"{max(ips[impl]):6.1f}) {statistics.median(frac[impl]):10.3f} "
+              f"({min(frac[impl]):.3f}-{max(frac[impl]):.3f}) "
+              f"{med('other_ms_per_step'):22.2f} {med('other_cpu_share'):10.3f} "
+              f"{med('other_switches_per_step'):14.1f} "
+              f"{med('rounds_per_step'):12.1f}")
 
 
 if __name__ == "__main__":

@@ -50,6 +50,8 @@ def test_command_line_has_what_users_forget(tmp_path, monkeypatch):
     assert cmd[1:3] == ["-n", "64"]
     assert cmd[cmd.index("--bind-to") + 1] == "none"
     assert "--oversubscribe" in cmd  # 64 ranks on this host exceed its cores
+    # ... and then ranks blocked in MPI yield their core (issue 19)
+    assert cmd[cmd.index("mpi_yield_when_idle") - 1:][:3] == ["--mca", "mpi_yield_when_idle", "1"]
     # OpenMPI 5 rejects single-dash long options: only -n and -x may have one dash.
     flags = [a for a in cmd[1:cmd.index("train.py") - 1] if a.startswith("-")]
     assert all(a.startswith("--") or a in ("-n", "-x") for a in flags), flags
@@ -64,7 +66,7 @@ def test_command_line_has_what_users_forget(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     cmd = launcher.build_command(launcher.parse_args(["-np", "1", "train.py", "-np", "3"]), env)
     assert cmd[-4:] == [sys.executable, "train.py", "-np", "3"]
-    assert "--oversubscribe" not in cmd
+    assert "--oversubscribe" not in cmd and "mpi_yield_when_idle" not in cmd
     if os.geteuid() == 0:
         assert env["OMPI_ALLOW_RUN_AS_ROOT"] == env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] == "1"
     hosts = launcher.build_command(launcher.parse_args(["-H", "a:2,b:3", "python", "x.py"]), env)

@@ -24,6 +24,9 @@ enum class SettingType { INT, REAL, BOOL, STRING };
     "ms an async tensor may wait for more to batch with; a caller blocked in `synchronize` "  \
     "ends the wait at once")                                                                  \
   X(CACHE_CAPACITY, INT, "1024", false, "response cache entries (0 = off)")                  \
+  X(WAKEUP, STRING, "auto", false,                                                           \
+    "how an idle engine waits for work and for peers: auto (sleeps on a shared-memory "      \
+    "futex where all ranks of a set share a host, else polls), poll (always polls)")         \
   X(STALL_CHECK_TIME_SECONDS, REAL, "60", false,                                             \
     "warn (rank 0) about tensors some ranks have not submitted")                             \
   X(STALL_CHECK_DISABLE, BOOL, "0", false, "1: no stall warnings")                           \

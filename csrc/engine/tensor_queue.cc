@@ -29,7 +29,12 @@ void TensorQueue::push(std::unique_ptr<TensorEntry> e) {
     // (Evaluated as at the batch's start: ready now by bytes or a flush, not by time.)
     wake = first || ready_locked(oldest_fresh_, window_hint_, bytes_hint_);
   }
-  if (wake) cv_.notify_all();
+  if (wake) this->wake();
+}
+
+void TensorQueue::wake() {
+  cv_.notify_all();
+  if (waker_) waker_();
 }
 
 bool TensorQueue::ready_locked(Clock::time_point now, std::chrono::nanoseconds window,
@@ -50,6 +55,14 @@ bool TensorQueue::wait_for_work(std::chrono::nanoseconds timeout,
   if (!fresh_.empty() && oldest_fresh_ + window < until) until = oldest_fresh_ + window;
   cv_.wait_until(l, until, [&] { return ready_locked(Clock::now(), window, bytes); });
   return ready_locked(Clock::now(), window, bytes);
+}
+
+Clock::time_point TensorQueue::ready_time(std::chrono::nanoseconds window, size_t bytes) {
+  std::lock_guard<std::mutex> l(mu_);
+  window_hint_ = window, bytes_hint_ = bytes;
+  if (ready_locked(oldest_fresh_, window, bytes)) return Clock::time_point::min();
+  if (fresh_.empty()) return Clock::time_point::max();
+  return oldest_fresh_ + window;
 }
 
 bool TensorQueue::has_fresh_ready(std::chrono::nanoseconds window, size_t bytes) {
@@ -107,7 +120,7 @@ void TensorQueue::request_flush() {
     std::lock_guard<std::mutex> l(mu_);
     flush_ = true;
   }
-  cv_.notify_all();
+  wake();
 }
 
 void TensorQueue::request_shutdown() {
@@ -115,7 +128,7 @@ void TensorQueue::request_shutdown() {
     std::lock_guard<std::mutex> l(mu_);
     shutdown_ = true;
   }
-  cv_.notify_all();
+  wake();
 }
 
 bool TensorQueue::shutdown_requested() {

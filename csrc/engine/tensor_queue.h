@@ -6,6 +6,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
@@ -49,6 +50,14 @@ class TensorQueue {
                      size_t batch_bytes);
   // Non-blocking form of wait_for_work's test.
   bool has_fresh_ready(std::chrono::nanoseconds batch_window, size_t batch_bytes);
+  // Non-blocking, for a worker that sleeps elsewhere (Doorbell): when the fresh work
+  // is (or was) ready to go - a time <= now - or when its batching window closes;
+  // time_point::max() with nothing fresh. Also tells push() the window and byte limit.
+  Clock::time_point ready_time(std::chrono::nanoseconds batch_window, size_t batch_bytes);
+  // Called (outside the lock) wherever the worker is woken: the worker's own sleep,
+  // when it sleeps on something other than this queue's condition variable. Set
+  // before any push.
+  void set_waker(std::function<void()> w) { waker_ = std::move(w); }
   // `arriving` (optional) is set when callers look mid-burst: a tensor came within
   // kBurstGap and nobody has asked for a result yet, so more are likely on the way.
   std::vector<Request> take_fresh(bool* arriving = nullptr);
@@ -68,6 +77,8 @@ class TensorQueue {
 
  private:
   bool ready_locked(Clock::time_point now, std::chrono::nanoseconds window, size_t bytes);
+  void wake();
+  std::function<void()> waker_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::unordered_map<std::string, std::unique_ptr<TensorEntry>> table_;

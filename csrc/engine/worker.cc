@@ -28,6 +28,26 @@ static size_t payload_bytes(const Response& r) {
   return tensor_bytes(r.shape, r.dtype);
 }
 
+// A Doorbell where every member of the set is on this host (and WAKEUP is not
+// "poll"): the set's thread then sleeps until there is work or a peer rings. Rank 0's
+// choice holds, so all members create the shared segment together or none does.
+static std::unique_ptr<Doorbell> make_doorbell(Transport& t, const std::vector<int>& hosts,
+                                               const Settings& s) {
+  if (t.size() < 2) return nullptr;
+  const std::string mode = s.str(Setting::WAKEUP);
+  if (mode != "auto" && mode != "poll" && t.rank() == 0)
+    HVDL_LOG(WARNING) << "HOROVODLITE_WAKEUP='" << mode << "' is neither auto nor poll; using auto";
+  bool one_host = !hosts.empty() &&
+                  std::all_of(hosts.begin(), hosts.end(), [&](int h) { return h == hosts[0]; });
+  std::string want(1, one_host && mode != "poll" ? '1' : '0');
+  t.broadcast(want, 0);
+  if (want != "1") return nullptr;
+  auto d = Doorbell::create(t);
+  if (!d && t.rank() == 0)
+    HVDL_LOG(INFO) << "no shared memory for the wake-up doorbell; the engine polls for peers";
+  return d;
+}
+
 Worker::Worker(std::unique_ptr<Transport> t, EngineParams p, int id, EngineState& state,
                const std::vector<int>& host_of_member)
     : transport_(std::move(t)),
@@ -38,6 +58,8 @@ Worker::Worker(std::unique_ptr<Transport> t, EngineParams p, int id, EngineState
       allreduce_(make_host_allreduce_paths(*transport_, host_of_member, p.settings)),
       devices_(*transport_, p.gpu, *allreduce_),
       records_timeline_(id == 0 && transport_->rank() == 0) {
+  doorbell_ = make_doorbell(*transport_, host_of_member, p.settings);
+  if (doorbell_) queue_.set_waker([d = doorbell_.get()] { d->wake_self(); });
   shown_.fusion_threshold = p.fusion_threshold;
   shown_.cycle_time_ms = p.cycle_time_ms;
   shown_.segment_bytes = p.segment_bytes;
@@ -66,6 +88,7 @@ std::map<std::string, std::string> Worker::report() const {
       {"autotune_confirm_rounds", s(a.confirm_rounds)},
       {"autotune_min_sample_ms", s(a.min_sample_ms)},
       {"allreduce", allreduce_algorithm()},
+      {"wakeup", doorbell_ ? "futex" : "poll"},
       {"peer_timeout_s", s(p.peer_timeout_s)},
       {"failure_report_dir", p.failure_report_dir},
       {"tcp_if_include", p.settings.str(Setting::TCP_IF_INCLUDE)},
@@ -94,6 +117,7 @@ void Worker::stop() {
 // idle rank sleeps in the OS and only checks for a peer's ring, more often while it
 // has tensors in flight (a peer's arrival is then what it is waiting for).
 void Worker::wait_for_round() {
+  if (doorbell_) return sleep_until_round();
   const nanoseconds window = cycle();
   auto poll = microseconds(5);
   // Right after a round the next request or ring usually follows within microseconds
@@ -134,8 +158,53 @@ void Worker::wait_for_round() {
   }
 }
 
+// With a Doorbell nothing needs polling: callers and peers wake this thread, which
+// otherwise sleeps until its batching window closes or a controller deadline comes.
+// It still looks at the transport now and then (look_every): a peer's failure or a
+// collective it gave up arrive there, and the heartbeat wants a beat well within the
+// peer timeout. Each look costs the idle engine ~50-80 us of CPU (an MPI_Test runs
+// MPI's whole progress engine): 10 a second are noise.
+void Worker::sleep_until_round() {
+  const nanoseconds look_every =
+      params_.peer_timeout_s > 0 && params_.peer_timeout_s < 1
+          ? duration_cast<nanoseconds>(duration<double>(params_.peer_timeout_s / 10))
+          : nanoseconds(milliseconds(100));
+  const auto kLookEvery = look_every;
+  const nanoseconds window = cycle();
+  const auto spin_until = Clock::now() + microseconds(30);  // as in wait_for_round()
+  const auto deadline = controller_.next_deadline();
+  auto looked = Clock::now() - kLookEvery;  // look once per round at least
+  for (;;) {
+    const uint32_t ticket = doorbell_->ticket();
+    if (doorbell_->rung() >= round_) return;
+    auto now = Clock::now();
+    auto ready = queue_.ready_time(window, params_.fusion_threshold);
+    if (ready <= now || deadline <= now) {
+      doorbell_->ring(round_);
+      return;
+    }
+    if (now - looked >= kLookEvery) {
+      looked = now;
+      transport_->check_alive();
+      PeerHealth::beat();
+      // Only a peer's "abandoned" message travels there now; poll_ring() notes it
+      // and check_alive() throws it.
+      transport_->poll_ring();
+      transport_->check_alive();
+    }
+    if (now < spin_until) {
+      std::this_thread::yield();
+      continue;
+    }
+    auto until = std::min({ready, deadline, looked + kLookEvery});
+    doorbell_->sleep(ticket, duration_cast<nanoseconds>(until - now));
+  }
+}
+
 void Worker::loop() {
   prctl(PR_SET_TIMERSLACK, 1000UL);  // short sleeps must stay short (default slack: 50 us)
+  // Findable in top and /proc (benchmarks/torch_training.py counts its wake-ups).
+  prctl(PR_SET_NAME, ("hvdl-set" + std::to_string(id_)).c_str());
   PeerHealth::Registration beating("process set " + std::to_string(id_));
   std::string why;
   while (running_) {

@@ -19,6 +19,7 @@
 #include "controller.h"
 #include "parameters.h"
 #include "device.h"
+#include "doorbell.h"
 #include "tensor_queue.h"
 #include "timeline.h"
 
@@ -79,6 +80,7 @@ class Worker {
  private:
   void loop();
   void wait_for_round();
+  void sleep_until_round();  // wait_for_round() with a Doorbell
   // The batching window (cycle time), which also bounds how long a round holds back.
   std::chrono::nanoseconds cycle() const {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -98,6 +100,7 @@ class Worker {
   // whose host device runs them.
   std::unique_ptr<AllreducePaths> allreduce_;
   DeviceSet devices_;  // host memory and the GPU this process uses, with their buffers
+  std::unique_ptr<Doorbell> doorbell_;  // null: wake-ups through the transport, polled
   WorkerStats stats_;
   uint64_t round_ = 1;
   bool running_ = true;

@@ -85,6 +85,9 @@ Settings settings_for(const Path& p, bool fusion) {
   s.set(Setting::HIERARCHICAL_ALLREDUCE, p.hier);
   s.set(Setting::FUSION_THRESHOLD, fusion ? "67108864" : "0");
   s.set(Setting::CYCLE_TIME, "0.5");
+  // Both ways the engine's thread waits for work and peers: the futex doorbell (one
+  // host, the default) with fusion, the polling loop without (the faults use the former).
+  s.set(Setting::WAKEUP, fusion ? "auto" : "poll");
   s.set(Setting::SHM_CHUNK_BYTES, "8192");  // several pipeline steps from a few KiB on
   if (p.stream_in) s.set(Setting::SHM_STREAM_IN_THRESHOLD, p.stream_in);
   if (p.ring_at) s.set(Setting::SHM_RING_THRESHOLD, p.ring_at);
