@@ -87,7 +87,7 @@ def main():
     gathered = comm.gather(idle_cpu, 0)
     if comm.rank == 0:
         load = " ".join(open("/proc/loadavg").read().split()[:3])
-        wake = os.environ.get("HOROVODLITE_WAKEUP", "auto (default)")
+        wake = os.environ.get("HOROVODLITE_WAKEUP", "poll (default)")
         print(f"np={comm.size}, {args.repeats} alternating repeats, HOROVODLITE_WAKEUP={wake}, "
               f"load {load}")
         print(f"{'size':>8s} {'none us':>10s} {'idle us':>10s} {'idle/none median':>17s} "

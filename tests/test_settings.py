@@ -103,7 +103,7 @@ CASES = {
     "RING_SEGMENT_BYTES": ("65536", lambda log: tun("ring_segment_bytes") == 65536),
     "CACHE_CAPACITY": ("7", lambda log: rep("cache_capacity") == "7"),
     # Unset, two ranks of one host sleep on the shared-memory doorbell ("futex").
-    "WAKEUP": ("poll", lambda log: rep("wakeup") == "poll"),
+    "WAKEUP": ("auto", lambda log: rep("wakeup") == "futex"),
     "STALL_CHECK_TIME_SECONDS": ("7", lambda log: float(rep("stall_warn_s")) == 7),
     "STALL_CHECK_DISABLE": ("1", lambda log: float(rep("stall_warn_s")) == 0),
     "STALL_SHUTDOWN_TIME_SECONDS": ("9", lambda log: float(rep("stall_fail_s")) == 9),

@@ -24,9 +24,10 @@ enum class SettingType { INT, REAL, BOOL, STRING };
     "ms an async tensor may wait for more to batch with; a caller blocked in `synchronize` "  \
     "ends the wait at once")                                                                  \
   X(CACHE_CAPACITY, INT, "1024", false, "response cache entries (0 = off)")                  \
-  X(WAKEUP, STRING, "auto", false,                                                           \
-    "how an idle engine waits for work and for peers: auto (sleeps on a shared-memory "      \
-    "futex where all ranks of a set share a host, else polls), poll (always polls)")         \
+  X(WAKEUP, STRING, "poll", false,                                                           \
+    "how the engine waits for work and for peers: poll (polls the transport), auto (sleeps " \
+    "on a shared-memory futex where all ranks of a set share a host: a tenth of the CPU, "   \
+    "but training measured slower with it, so it is not the default yet)")                   \
   X(STALL_CHECK_TIME_SECONDS, REAL, "60", false,                                             \
     "warn (rank 0) about tensors some ranks have not submitted")                             \
   X(STALL_CHECK_DISABLE, BOOL, "0", false, "1: no stall warnings")                           \

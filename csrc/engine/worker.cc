@@ -28,18 +28,18 @@ static size_t payload_bytes(const Response& r) {
   return tensor_bytes(r.shape, r.dtype);
 }
 
-// A Doorbell where every member of the set is on this host (and WAKEUP is not
-// "poll"): the set's thread then sleeps until there is work or a peer rings. Rank 0's
+// A Doorbell where every member of the set is on this host and WAKEUP is
+// "auto": the set's thread then sleeps until there is work or a peer rings. Rank 0's
 // choice holds, so all members create the shared segment together or none does.
 static std::unique_ptr<Doorbell> make_doorbell(Transport& t, const std::vector<int>& hosts,
                                                const Settings& s) {
   if (t.size() < 2) return nullptr;
   const std::string mode = s.str(Setting::WAKEUP);
   if (mode != "auto" && mode != "poll" && t.rank() == 0)
-    HVDL_LOG(WARNING) << "HOROVODLITE_WAKEUP='" << mode << "' is neither auto nor poll; using auto";
+    HVDL_LOG(WARNING) << "HOROVODLITE_WAKEUP='" << mode << "' is neither auto nor poll; using poll";
   bool one_host = !hosts.empty() &&
                   std::all_of(hosts.begin(), hosts.end(), [&](int h) { return h == hosts[0]; });
-  std::string want(1, one_host && mode != "poll" ? '1' : '0');
+  std::string want(1, one_host && mode == "auto" ? '1' : '0');
   t.broadcast(want, 0);
   if (want != "1") return nullptr;
   auto d = Doorbell::create(t);
