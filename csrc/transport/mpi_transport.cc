@@ -444,7 +444,7 @@ void arrive(MPI_Comm comm, const char* what, bool in_world) {
     g_abandoned_creation = true;
     std::string list;
     for (int g : gone) list += (list.empty() ? "" : ", ") + std::to_string(g);
-    throw std::runtime_error(std::string("horovodlite: ") + what + ": rank(s) " + list +
+    throw PeerFailure(std::string("horovodlite: ") + what + ": rank(s) " + list +
                              " of MPI_COMM_WORLD have left (their script ended and called "
                              "MPI_Finalize); MPI cannot make a new group with them");
   });
