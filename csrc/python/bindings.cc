@@ -225,7 +225,9 @@ PYBIND11_MODULE(_core, m) {
       throw std::runtime_error(
           "horovodlite cannot be initialized again in this process: its MPI world lost a "
           "member (" + lost + "); MPI cannot be used after that. Start a new job.");
-    Engine::get().init(make_mpi_world(comm, ranks, s.str(Setting::HOSTNAME_OVERRIDE)), s);
+    Engine::get().init(make_mpi_world(comm, ranks, s.str(Setting::HOSTNAME_OVERRIDE),
+                                      s.real(Setting::START_TIMEOUT)),
+                       s);
   }, py::arg("fortran_comm") = -1, py::arg("ranks") = std::vector<int>());
   m.def("engine_report", [](int ps) {
     py::gil_scoped_release nogil;
