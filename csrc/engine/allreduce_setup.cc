@@ -1,5 +1,6 @@
 #include "allreduce_setup.h"
 
+#include <algorithm>
 #include <sstream>
 #include <stdexcept>
 
@@ -122,6 +123,7 @@ std::unique_ptr<AllreducePaths> make_host_allreduce_paths(Transport& set,
     tcp_opts.one_machine = settings.is_set(Setting::HOSTNAME_OVERRIDE);
     tcp_opts.if_include = settings.str(Setting::TCP_IF_INCLUDE);
     tcp_opts.timeout_s = settings.real(Setting::TCP_TIMEOUT_SECONDS);
+    tcp_opts.spin_us = static_cast<int>(std::max<long long>(0, settings.integer(Setting::TCP_SPIN_US)));
     if (auto tcp = make_tcp_transport(cross_t, tcp_opts)) {
       cross_t = std::move(tcp);
       cross_is_tcp = true;
