@@ -118,6 +118,7 @@ std::unique_ptr<AllreducePaths> make_host_allreduce_paths(Transport& set,
   // Every rank reads the same setting (it is forwarded by the launcher), so all of
   // them take part in the setup or none does.
   bool cross_is_tcp = false;
+  Transport* cross_mpi = cross_t.get();  // still alive inside the TCP transport that wraps it
   if (cross_t->size() > 1 && settings.flag(Setting::TCP_TRANSPORT)) {
     TcpOptions tcp_opts;
     tcp_opts.one_machine = settings.is_set(Setting::HOSTNAME_OVERRIDE);
@@ -148,7 +149,9 @@ std::unique_ptr<AllreducePaths> make_host_allreduce_paths(Transport& set,
                   << " ranks, across hosts over " << (cross_is_tcp ? "TCP" : "MPI");
   AllreducePaths::ShmInfo info{opts, local ? local->mechanism() : "", local && local->has_step_hook()};
   auto paths = std::make_unique<AllreducePaths>("hierarchical", "HIERARCHICAL_ALLREDUCE");
-  paths->contender(make_hierarchical_path(std::move(local), std::move(cross_t), opts, cross_is_tcp));
+  const size_t small = static_cast<size_t>(std::max<long long>(0, settings.integer(Setting::TCP_MIN_BYTES)));
+  paths->contender(make_hierarchical_path(std::move(local), std::move(cross_t), opts, cross_is_tcp,
+                                          cross_is_tcp ? cross_mpi : nullptr, small));
   paths->set_shm_info(std::move(info));
   return paths;
 }
