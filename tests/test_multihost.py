@@ -27,10 +27,15 @@ def main(hvd):
     bad, seen = [], {}
     r = int(os.environ["OMPI_COMM_WORLD_RANK"])
     info = {"host": socket.gethostname()}
-    for path, env in (("flat", "0"), ("hierarchical", "")):
+    # "hierarchical.tcp": small blocks too over the TCP data plane (by default those
+    # under HOROVODLITE_TCP_MIN_BYTES cross over MPI), so both planes see every op.
+    for path, env in (("flat", "0"), ("hierarchical", ""), ("hierarchical.tcp", "")):
         os.environ.pop("HOROVODLITE_HIERARCHICAL_ALLREDUCE", None)
+        os.environ.pop("HOROVODLITE_TCP_MIN_BYTES", None)
         if env:
             os.environ["HOROVODLITE_HIERARCHICAL_ALLREDUCE"] = env
+        if path == "hierarchical.tcp":
+            os.environ["HOROVODLITE_TCP_MIN_BYTES"] = "0"
         hvd.init()
         n = hvd.size()
         info[path] = _core.allreduce_algorithm(0)

@@ -150,6 +150,8 @@ CASES = {
                              "HOROVODLITE_LOG_LEVEL": "debug"}),
     "TCP_IF_INCLUDE": ("10.213.0.0/24", lambda log: rep("tcp_if_include") == "10.213.0.0/24"),
     "TCP_TIMEOUT_SECONDS": ("42", lambda log: float(rep("tcp_timeout_s")) == 42),
+    "TCP_SPIN_US": ("7", lambda log: int(rep("tcp_spin_us")) == 7),
+    "TCP_MIN_BYTES": ("4096", lambda log: int(rep("tcp_min_bytes")) == 4096),
 }
 
 def init_capturing_stderr():

@@ -77,9 +77,13 @@ std::unique_ptr<AllreducePath> make_shm_path(std::shared_ptr<ShmCollectives> shm
 std::unique_ptr<AllreducePath> make_zero_copy_path(std::shared_ptr<ShmCollectives> shm);
 // Shared memory inside each host (`local`, null when this rank is alone on its host)
 // and a ring across hosts (`cross`); `cross_is_tcp`: `cross` is direct TCP.
+// `cross_small`, `small_bytes`: HierarchicalOptions' (hierarchical_allreduce.h); it must
+// live as long as `cross` (it is the transport `cross` wraps).
 std::unique_ptr<AllreducePath> make_hierarchical_path(std::unique_ptr<ShmCollectives> local,
                                                       std::unique_ptr<Transport> cross,
-                                                      const ShmOptions& o, bool cross_is_tcp);
+                                                      const ShmOptions& o, bool cross_is_tcp,
+                                                      Transport* cross_small = nullptr,
+                                                      size_t small_bytes = 0);
 // NCCL (or any library of whole collectives) on device memory, for the dtypes it reduces.
 std::unique_ptr<AllreducePath> make_nccl_path(DeviceCollectives& lib);
 // The ring in place on device memory over `t` (a staging or stream-synced transport

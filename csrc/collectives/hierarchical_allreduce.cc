@@ -3,7 +3,8 @@
 // once, the ranks with local index i (one per host) ring-allreduce block i across
 // hosts; finally the host's ranks allgather the blocks through shared memory.
 // Only 1/local_size of the buffer crosses between hosts per rank, and every
-// host-to-host link carries a ring of its own.
+// host-to-host link carries a ring of its own. With two hosts a small block goes
+// across in one exchange instead (pair_allreduce_host, ring_allreduce.h).
 #include "hierarchical_allreduce.h"
 
 
@@ -19,11 +20,23 @@ void hierarchical_allreduce(const HierarchicalOptions& h, const Reducer& red,
   char* o = static_cast<char*>(a.out);
   ShmCollectives* local = h.local;
   try {
-    if (!local || local->size() == 1) return ring_allreduce_host(*h.cross, red, *h.scratch, a, h.ring);
+    auto across = [&](size_t count) -> Transport& {
+      return h.cross_small && count * es < h.small_bytes ? *h.cross_small : *h.cross;
+    };
+    if (!local || local->size() == 1) {
+      Transport& x = across(a.count);
+      if (a.prescale == 1.0 &&
+          pair_allreduce_host(x, red, *h.scratch, a.in, a.out, a.count, a.dt, a.op, a.postscale))
+        return;
+      return ring_allreduce_host(x, red, *h.scratch, a, h.ring);
+    }
     const int nl = local->size(), lr = local->rank();
     local->reduce_scatter(red, a.in, a.out, a.count, a.dt, a.op, a.prescale, 1.0, h.stream);
-    ring_allreduce(*h.cross, red, o + block_offset(a.count, nl, lr) * es,
-                   block_count(a.count, nl, lr), a.dt, a.op, a.postscale, *h.scratch, h.ring);
+    char* block = o + block_offset(a.count, nl, lr) * es;
+    const size_t n = block_count(a.count, nl, lr);
+    Transport& x = across(n);
+    if (!pair_allreduce_host(x, red, *h.scratch, block, block, n, a.dt, a.op, a.postscale))
+      ring_allreduce(x, red, block, n, a.dt, a.op, a.postscale, *h.scratch, h.ring);
     local->allgather(a.out, a.count, a.dt, h.stream);
   } catch (const std::exception& e) {
     hierarchical_give_up(local, *h.cross, e);

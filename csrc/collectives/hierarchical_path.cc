@@ -16,8 +16,13 @@ namespace {
 class HierarchicalPath final : public AllreducePath {
  public:
   HierarchicalPath(std::unique_ptr<ShmCollectives> local, std::unique_ptr<Transport> cross,
-                   const ShmOptions& o, bool cross_is_tcp)
-      : local_(std::move(local)), cross_(std::move(cross)), opts_(o), cross_is_tcp_(cross_is_tcp) {}
+                   const ShmOptions& o, bool cross_is_tcp, Transport* cross_small, size_t small_bytes)
+      : local_(std::move(local)),
+        cross_(std::move(cross)),
+        opts_(o),
+        cross_is_tcp_(cross_is_tcp),
+        cross_small_(cross_small),
+        small_bytes_(small_bytes) {}
   const char* name() const override { return "hierarchical"; }
   bool can_run(const AllreducePlan&) const override { return true; }
 
@@ -53,6 +58,8 @@ class HierarchicalPath final : public AllreducePath {
       HierarchicalOptions h;
       h.local = local_.get();
       h.cross = cross_.get();
+      h.cross_small = cross_small_;
+      h.small_bytes = small_bytes_;
       h.scratch = &scratch_;
       h.stream = stream;
       h.ring = cross_ring;
@@ -69,14 +76,18 @@ class HierarchicalPath final : public AllreducePath {
   PathTuner stream_{2};  // [ordinary, non-temporal] stores in the local passes
   bool small_stream_ = false;
   bool cross_is_tcp_ = false;
+  Transport* cross_small_;  // the transport cross_ wraps, or null
+  size_t small_bytes_;
 };
 
 }  // namespace
 
 std::unique_ptr<AllreducePath> make_hierarchical_path(std::unique_ptr<ShmCollectives> local,
                                                       std::unique_ptr<Transport> cross,
-                                                      const ShmOptions& o, bool cross_is_tcp) {
-  return std::make_unique<HierarchicalPath>(std::move(local), std::move(cross), o, cross_is_tcp);
+                                                      const ShmOptions& o, bool cross_is_tcp,
+                                                      Transport* cross_small, size_t small_bytes) {
+  return std::make_unique<HierarchicalPath>(std::move(local), std::move(cross), o, cross_is_tcp,
+                                            cross_small, small_bytes);
 }
 
 }  // namespace hvdl

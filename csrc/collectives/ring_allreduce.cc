@@ -33,6 +33,29 @@ void ring_allreduce(Transport& t, const Reducer& red, void* buf, size_t count, D
   ring_allgather(t, buf, blocks, 1);
 }
 
+bool pair_allreduce_host(Transport& t, const Reducer& red, Buffer& scratch, const void* in,
+                         void* out, size_t count, DataType dt, ReduceOp op, double postscale) {
+  const size_t bytes = count * dtype_size(dt);
+  if (t.size() != 2 || count == 0 || bytes > kPairExchangeMaxBytes || op == ReduceOp::ADASUM)
+    return false;
+  const int peer = 1 - t.rank();
+  char* theirs = scratch.reserve(bytes);
+  t.irecv(peer, theirs, bytes);
+  t.isend(peer, in, bytes);
+  t.wait_all();
+  // Both ranks compute rank 0's contribution op rank 1's, in that order, so the
+  // results agree bit for bit also where the order matters (MIN/MAX with NaNs).
+  if (t.rank() == 0) {
+    if (in != out) std::memcpy(out, in, bytes);
+    red.reduce(out, theirs, count, dt, op);
+  } else {
+    red.reduce(theirs, in, count, dt, op);
+    std::memcpy(out, theirs, bytes);
+  }
+  red.scale(out, count, dt, postscale);
+  return true;
+}
+
 void ring_allreduce_host(Transport& t, const Reducer& red, Buffer& scratch, const AllreduceArgs& a,
                          RingOptions opts) {
   opts.input = nullptr;

@@ -40,6 +40,19 @@ struct AllreduceArgs {
   double prescale = 1.0, postscale = 1.0;
 };
 
+// Two ranks and at most this many bytes: one exchange of the whole buffer instead of
+// the ring's two half-size steps. The same bytes cross the link (S each way), but one
+// round trip instead of two, and between hosts each is a wake-up of a sleeping rank
+// (measured 2x1 hosts, 4 KiB: the two TCP steps took 0.35-1.7 ms of a 1-1.6 ms call
+// on a loaded machine). Above it the ring's segments overlap the adds with the link.
+constexpr size_t kPairExchangeMaxBytes = size_t(1) << 20;
+
+// Host memory, `t` of two ranks, at most kPairExchangeMaxBytes, not ADASUM: out =
+// (in op peer's in) * postscale by one exchange (in may equal out; `scratch` takes
+// the peer's copy); returns false without touching anything otherwise.
+bool pair_allreduce_host(Transport& t, const Reducer& red, Buffer& scratch, const void* in,
+                         void* out, size_t count, DataType dt, ReduceOp op, double postscale);
+
 // `a` in host memory over every rank of `t`; in may equal out. Without a prescale the
 // input is read where it lies (RingOptions::input); with one, it is copied into `out`
 // and scaled there first. opts.input is ignored. In place (in == out) it touches the

@@ -71,6 +71,13 @@ enum class SettingType { INT, REAL, BOOL, STRING };
     "OpenMPI's OMPI_MCA_btl_tcp_if_include, else every non-loopback IPv4 address)")         \
   X(TCP_TIMEOUT_SECONDS, REAL, "600", false,                                                 \
     "a cross-host TCP transfer that moves no byte this long fails")                          \
+  X(TCP_MIN_BYTES, INT, "262144", false,                                                     \
+    "cross-host blocks of fewer bytes go over MPI even where the TCP connections are up "   \
+    "(its latency for small messages was lower on the simulated cluster; 0 = all on TCP)")  \
+  X(TCP_SPIN_US, INT, "0", false,                                                            \
+    "a cross-host TCP wait retries its sockets this many microseconds before it sleeps "    \
+    "in poll() (hosts with idle cores: a small reply may come sooner than a wake-up; "      \
+    "where ranks share cores the spin takes the peer's time)")                              \
   X(PEER_TIMEOUT_SECONDS, REAL, "30", false,                                                 \
     "a peer whose process or engine stops answering this long is declared dead: every "      \
     "collective of the sets it is in fails on every survivor (0 = no heartbeat)")            \

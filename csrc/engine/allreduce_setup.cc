@@ -1,5 +1,6 @@
 #include "allreduce_setup.h"
 
+#include <algorithm>
 #include <sstream>
 #include <stdexcept>
 
@@ -117,11 +118,13 @@ std::unique_ptr<AllreducePaths> make_host_allreduce_paths(Transport& set,
   // Every rank reads the same setting (it is forwarded by the launcher), so all of
   // them take part in the setup or none does.
   bool cross_is_tcp = false;
+  Transport* cross_mpi = cross_t.get();  // still alive inside the TCP transport that wraps it
   if (cross_t->size() > 1 && settings.flag(Setting::TCP_TRANSPORT)) {
     TcpOptions tcp_opts;
     tcp_opts.one_machine = settings.is_set(Setting::HOSTNAME_OVERRIDE);
     tcp_opts.if_include = settings.str(Setting::TCP_IF_INCLUDE);
     tcp_opts.timeout_s = settings.real(Setting::TCP_TIMEOUT_SECONDS);
+    tcp_opts.spin_us = static_cast<int>(std::max<long long>(0, settings.integer(Setting::TCP_SPIN_US)));
     if (auto tcp = make_tcp_transport(cross_t, tcp_opts)) {
       cross_t = std::move(tcp);
       cross_is_tcp = true;
@@ -146,7 +149,9 @@ std::unique_ptr<AllreducePaths> make_host_allreduce_paths(Transport& set,
                   << " ranks, across hosts over " << (cross_is_tcp ? "TCP" : "MPI");
   AllreducePaths::ShmInfo info{opts, local ? local->mechanism() : "", local && local->has_step_hook()};
   auto paths = std::make_unique<AllreducePaths>("hierarchical", "HIERARCHICAL_ALLREDUCE");
-  paths->contender(make_hierarchical_path(std::move(local), std::move(cross_t), opts, cross_is_tcp));
+  const size_t small = static_cast<size_t>(std::max<long long>(0, settings.integer(Setting::TCP_MIN_BYTES)));
+  paths->contender(make_hierarchical_path(std::move(local), std::move(cross_t), opts, cross_is_tcp,
+                                          cross_is_tcp ? cross_mpi : nullptr, small));
   paths->set_shm_info(std::move(info));
   return paths;
 }

@@ -93,6 +93,8 @@ std::map<std::string, std::string> Worker::report() const {
       {"failure_report_dir", p.failure_report_dir},
       {"tcp_if_include", p.settings.str(Setting::TCP_IF_INCLUDE)},
       {"tcp_timeout_s", s(p.settings.real(Setting::TCP_TIMEOUT_SECONDS))},
+      {"tcp_spin_us", s(p.settings.integer(Setting::TCP_SPIN_US))},
+      {"tcp_min_bytes", s(p.settings.integer(Setting::TCP_MIN_BYTES))},
   };
   if (const AllreducePaths::ShmInfo* shm = allreduce_->shm_info()) {
     const ShmOptions* o = &shm->options;

@@ -91,7 +91,24 @@ std::vector<std::string> local_addresses(const std::vector<Net>& include) {
   return out;
 }
 
-bool io_all(int fd, void* p, size_t n, bool write_it, int timeout_ms) {
+// Blocks in poll() on `fd` for `ev` until it is ready or `timeout_ms` passed (false),
+// in slices of WaitWatch::kPollMs: between them `watch` looks at the peers' health,
+// so a peer declared failed meanwhile ends the setup with a PeerFailure naming it.
+bool poll_watched(int fd, short ev, int timeout_ms, const WaitWatch& watch) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  for (;;) {
+    int left = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                    deadline - std::chrono::steady_clock::now()).count());
+    if (left <= 0) return false;
+    pollfd pfd{fd, ev, 0};
+    int rc = ::poll(&pfd, 1, std::min(left, WaitWatch::kPollMs));
+    if (rc > 0) return true;
+    if (rc < 0 && errno != EINTR) return false;
+    watch.check();
+  }
+}
+
+bool io_all(int fd, void* p, size_t n, bool write_it, int timeout_ms, const WaitWatch& watch) {
   char* c = static_cast<char*>(p);
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   while (n) {
@@ -105,8 +122,7 @@ bool io_all(int fd, void* p, size_t n, bool write_it, int timeout_ms) {
     int left = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(
                                     deadline - std::chrono::steady_clock::now()).count());
     if (left <= 0) return false;
-    pollfd pfd{fd, static_cast<short>(write_it ? POLLOUT : POLLIN), 0};
-    ::poll(&pfd, 1, left);
+    if (!poll_watched(fd, static_cast<short>(write_it ? POLLOUT : POLLIN), left, watch)) return false;
   }
   return true;
 }
@@ -119,7 +135,8 @@ struct Hello {
 void set_nonblocking(int fd) { fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK); }
 
 // Connects to addr:port within the timeout and greets; -1 when that peer is not ours.
-int connect_to(const std::string& addr, int port, uint64_t token, int me, int them) {
+int connect_to(const std::string& addr, int port, uint64_t token, int me, int them,
+               const WaitWatch& watch) {
   int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return -1;
   set_nonblocking(fd);
@@ -129,16 +146,27 @@ int connect_to(const std::string& addr, int port, uint64_t token, int me, int th
   inet_pton(AF_INET, addr.c_str(), &sa.sin_addr);
   int rc = ::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa);
   if (rc != 0 && errno == EINPROGRESS) {
-    pollfd pfd{fd, POLLOUT, 0};
     int err = 0;
     socklen_t len = sizeof err;
-    if (::poll(&pfd, 1, kConnectTimeoutMs) == 1 &&
-        getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0)
-      rc = 0;
+    bool ready = false;
+    try {
+      ready = poll_watched(fd, POLLOUT, kConnectTimeoutMs, watch);
+    } catch (...) {
+      ::close(fd);
+      throw;
+    }
+    if (ready && getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0) rc = 0;
   }
   Hello h{kMagic, token, static_cast<uint32_t>(me), 0}, r{};
-  if (rc != 0 || !io_all(fd, &h, sizeof h, true, kSetupTimeoutMs) ||
-      !io_all(fd, &r, sizeof r, false, kSetupTimeoutMs) || r.magic != kMagic || r.token != token ||
+  bool greeted = false;
+  try {
+    greeted = rc == 0 && io_all(fd, &h, sizeof h, true, kSetupTimeoutMs, watch) &&
+              io_all(fd, &r, sizeof r, false, kSetupTimeoutMs, watch);
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  if (!greeted || r.magic != kMagic || r.token != token ||
       static_cast<int>(r.rank) != them) {
     ::close(fd);
     return -1;
@@ -148,8 +176,10 @@ int connect_to(const std::string& addr, int port, uint64_t token, int me, int th
 
 class TcpTransport : public Transport {
  public:
-  TcpTransport(std::unique_ptr<Transport> base, std::vector<int> fds, double timeout_s)
-      : base_(std::move(base)), peers_(fds.size()), timeout_s_(timeout_s) {
+  TcpTransport(std::unique_ptr<Transport> base, std::vector<int> fds, double timeout_s, int spin_us)
+      : base_(std::move(base)), peers_(fds.size()), timeout_s_(timeout_s),
+        // never so long that the liveness checks between polls would wait for it
+        spin_(std::chrono::microseconds(std::min(spin_us, WaitWatch::kPollMs * 1000))) {
     for (size_t i = 0; i < fds.size(); ++i) peers_[i].fd = fds[i];
     if (const std::vector<int>* w = base_->world_ranks()) members_ = *w;
     if (const std::vector<int>* w = base_->watched_ranks()) watched_ = *w;
@@ -182,6 +212,7 @@ class TcpTransport : public Transport {
   void wait(Op op) override {
     WaitWatch w(watched(), timeout_s_, "a TCP transfer (HOROVODLITE_TCP_TIMEOUT_SECONDS)");
     guarded([&] {
+      moved_at_ = std::chrono::steady_clock::now();
       while (!ops_.at(op).done) step(w);
     });
   }
@@ -189,6 +220,7 @@ class TcpTransport : public Transport {
   void wait_all() override {
     WaitWatch w(watched(), timeout_s_, "a TCP transfer (HOROVODLITE_TCP_TIMEOUT_SECONDS)");
     guarded([&] {
+      moved_at_ = std::chrono::steady_clock::now();
       while (pending_ > 0) step(w);
     });
     ops_.clear();
@@ -376,10 +408,18 @@ class TcpTransport : public Transport {
     bool moved = false;
     for (int i = 0; i < static_cast<int>(peers_.size()); ++i)
       if (!peers_[i].sends.empty() || !peers_[i].recvs.empty()) moved = progress_peer(i) || moved;
+    const auto now = std::chrono::steady_clock::now();
     if (moved || pending_ == 0) {
+      moved_at_ = now;
       w.progress();
       // Moving without ever sleeping must still look now and then (a peer that
       // trickles bytes while another member is dead).
+      if (++busy_steps_ % 1024 == 0) check_alive();
+      return;
+    }
+    // Shortly after the wait began or the last byte moved, look again instead of
+    // sleeping: falling asleep and being woken costs more than a small reply's trip.
+    if (now - moved_at_ < spin_) {
       if (++busy_steps_ % 1024 == 0) check_alive();
       return;
     }
@@ -408,6 +448,8 @@ class TcpTransport : public Transport {
   std::vector<pollfd> fds_;
   std::vector<int> who_;
   double timeout_s_;
+  std::chrono::steady_clock::duration spin_;
+  std::chrono::steady_clock::time_point moved_at_;
   std::vector<int> members_;  // world ranks, by rank in this group (empty: unknown)
   std::vector<int> watched_;  // whose failure ends our waits (transport.h)
   bool broken_ = false;       // a wait failed or a collective was abandoned
@@ -483,43 +525,75 @@ std::unique_ptr<Transport> make_tcp_transport(std::unique_ptr<Transport>& base, 
   std::vector<int> fds(n, -1);
   bool ok = why.empty();
   for (int i = 0; i < n; ++i) ok = ok && cards[i].port > 0;
-  // Lower ranks never wait for higher ones before accepting, so this cannot deadlock:
-  // connect to every lower rank (its listener queues us), then accept the higher ones.
-  for (int j = 0; ok && j < me; ++j) {
-    for (const std::string& a : cards[j].addrs)
-      if ((fds[j] = connect_to(a, cards[j].port, token, me, j)) >= 0) break;
-    if (fds[j] < 0) {
-      ok = false;
-      why = "cannot reach rank " + std::to_string(j) + " at " + (cards[j].addrs.empty() ? "?" : cards[j].addrs[0]) +
-            ":" + std::to_string(cards[j].port);
+  // Every wait below looks at the group's health between short polls (watched_wait.h),
+  // so a peer that dies during the setup ends it with an error naming that peer (once
+  // the heartbeat, its pidfd or a closed connection declared it), not after the setup
+  // time.
+  WaitWatch watch(t.watched_ranks(), 0, "TCP connection setup");
+  auto close_all = [&] {
+    for (int fd : listeners) ::close(fd);
+    for (int& fd : fds)
+      if (fd >= 0) ::close(fd), fd = -1;
+  };
+  try {
+    // Lower ranks never wait for higher ones before accepting, so this cannot deadlock:
+    // connect to every lower rank (its listener queues us), then accept the higher ones.
+    for (int j = 0; ok && j < me; ++j) {
+      for (const std::string& a : cards[j].addrs)
+        if ((fds[j] = connect_to(a, cards[j].port, token, me, j, watch)) >= 0) break;
+      if (fds[j] < 0) {
+        watch.check();  // it failed: say so, rather than that it cannot be reached
+        ok = false;
+        why = "cannot reach rank " + std::to_string(j) + " at " +
+              (cards[j].addrs.empty() ? "?" : cards[j].addrs[0]) + ":" + std::to_string(cards[j].port);
+      }
     }
-  }
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kSetupTimeoutMs);
-  int expected = ok ? n - 1 - me : 0;
-  while (expected > 0) {
-    std::vector<pollfd> pf;
-    for (int fd : listeners) pf.push_back({fd, POLLIN, 0});
-    int left = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                    deadline - std::chrono::steady_clock::now()).count());
-    if (left <= 0 || ::poll(pf.data(), pf.size(), left) <= 0) {
-      ok = false;
-      why = "ranks above " + std::to_string(me) + " did not connect within the setup time";
-      break;
-    }
-    for (auto& p : pf) {
-      if (!(p.revents & POLLIN)) continue;
-      int fd = ::accept4(p.fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-      if (fd < 0) continue;
-      Hello h{}, r{kMagic, token, static_cast<uint32_t>(me), 0};
-      if (!io_all(fd, &h, sizeof h, false, kSetupTimeoutMs) || h.magic != kMagic || h.token != token ||
-          static_cast<int>(h.rank) <= me || static_cast<int>(h.rank) >= n || fds[h.rank] >= 0 ||
-          !io_all(fd, &r, sizeof r, true, kSetupTimeoutMs)) {
-        ::close(fd);  // not one of ours (another job, a stray connection)
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kSetupTimeoutMs);
+    int expected = ok ? n - 1 - me : 0;
+    while (expected > 0) {
+      std::vector<pollfd> pf;
+      for (int fd : listeners) pf.push_back({fd, POLLIN, 0});
+      int left = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                      deadline - std::chrono::steady_clock::now()).count());
+      int rc = left <= 0 ? 0 : ::poll(pf.data(), pf.size(), std::min(left, WaitWatch::kPollMs));
+      if (rc < 0 && errno == EINTR) continue;
+      if (rc == 0 && left > 0) {
+        watch.check();
         continue;
       }
-      fds[h.rank] = fd;
-      --expected;
+      if (rc <= 0) {
+        ok = false;
+        std::string missing;
+        for (int i = me + 1; i < n; ++i)
+          if (fds[i] < 0) missing += (missing.empty() ? "" : ", ") + std::to_string(i);
+        why = "rank(s) " + missing + " did not connect within the setup time";
+        break;
+      }
+      for (auto& p : pf) {
+        if (!(p.revents & POLLIN)) continue;
+        int fd = ::accept4(p.fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (fd < 0) continue;
+        Hello h{}, r{kMagic, token, static_cast<uint32_t>(me), 0};
+        bool ours = false;
+        try {
+          ours = io_all(fd, &h, sizeof h, false, kSetupTimeoutMs, watch) && h.magic == kMagic &&
+                 h.token == token && static_cast<int>(h.rank) > me && static_cast<int>(h.rank) < n &&
+                 fds[h.rank] < 0 && io_all(fd, &r, sizeof r, true, kSetupTimeoutMs, watch);
+        } catch (...) {
+          ::close(fd);
+          throw;
+        }
+        if (!ours) {
+          ::close(fd);  // not one of ours (another job, a stray connection)
+          continue;
+        }
+        fds[h.rank] = fd;
+        --expected;
+      }
     }
+  } catch (...) {
+    close_all();
+    throw;
   }
   for (int fd : listeners) ::close(fd);
   uint64_t all_ok = ok ? 1 : 0;
@@ -544,7 +618,7 @@ std::unique_ptr<Transport> make_tcp_transport(std::unique_ptr<Transport>& base, 
       setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &want, sizeof want);
     }
   }
-  return std::make_unique<TcpTransport>(std::move(base), std::move(fds), o.timeout_s);
+  return std::make_unique<TcpTransport>(std::move(base), std::move(fds), o.timeout_s, o.spin_us);
 }
 
 }  // namespace hvdl
