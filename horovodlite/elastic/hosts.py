@@ -25,7 +25,6 @@ import threading
 import time
 
 from . import world
-from .. import settings
 
 # A host update agreed at a commit: `hosts`, one name per process started for the job
 # (they wait to be joined); `remove`, ranks that leave; `skip_sync`: no process joins.
@@ -33,9 +32,10 @@ Update = collections.namedtuple("Update", "hosts remove skip_sync")
 
 
 def _setting(name):
-    # Read when needed: the launcher sets them for the job, and a spawned worker's
-    # environment is the launcher's, so every rank reads the same values.
-    return settings.value("ELASTIC_" + name)
+    # From the settings hvd.init() read (once per init, not through the core at every
+    # commit): the launcher sets them for the job, and a spawned worker's environment
+    # is the launcher's, so every rank has the same values.
+    return world.setting("ELASTIC_" + name)
 
 
 def discovery_script():

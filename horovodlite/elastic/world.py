@@ -61,11 +61,17 @@ def _finalize():
     MPI.Finalize()
 
 
+def setting(name):
+    """One setting, from those hvd.init() read (the Python layer reads its settings once
+    per init, with the core's); before the first init, from the environment now."""
+    from .. import basics, settings
+
+    return settings.value(name, basics._state["settings"])
+
+
 def enabled():
     """Launched by `horovodlite-run --elastic` (or told so)."""
-    from .. import settings
-
-    return bool(settings.value("ELASTIC"))
+    return bool(setting("ELASTIC"))
 
 
 def default_comm():
@@ -176,9 +182,7 @@ def start_growth(hosts):
 
 
 def grows_in_background():
-    from .. import settings
-
-    return bool(settings.value("ELASTIC_GROW_IN_BACKGROUND"))
+    return bool(setting("ELASTIC_GROW_IN_BACKGROUND"))
 
 
 def growth():
@@ -277,9 +281,7 @@ def host_name():
     """This process's host, as the engine names it (HOSTNAME_OVERRIDE lets tests pretend)."""
     import socket
 
-    from .. import settings
-
-    return settings.value("HOSTNAME_OVERRIDE") or socket.gethostname()
+    return setting("HOSTNAME_OVERRIDE") or socket.gethostname()
 
 
 def running_hosts():
