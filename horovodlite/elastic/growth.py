@@ -148,9 +148,15 @@ def join_at_init(merged):
 
     from mpi4py import MPI
 
-    merged.send(None, dest=0, tag=_READY)
-    # From rank 0, or after a failure from the lowest survivor (world.reform).
-    word, lost = merged.recv(source=MPI.ANY_SOURCE, tag=_GO)
+    try:
+        merged.send(None, dest=0, tag=_READY)
+        # From rank 0, or after a failure from the lowest survivor (world.reform).
+        word, lost = merged.recv(source=MPI.ANY_SOURCE, tag=_GO)
+    except MPI.Exception:
+        # A member of the world we were merged with died first (ULFM fails the send
+        # to it, or a receive from any source): the survivors re-form without us and
+        # tell us to exit; we may not have heard it yet.
+        word, lost = _CANCEL, True
     if lost:
         world.mark_lost()  # the old ranks will not finalize: no one may
     if word == _CANCEL:

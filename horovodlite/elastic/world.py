@@ -56,7 +56,13 @@ def _will_not_finalize():
 
 def _finalize():
     MPI = _state["mpi"]
-    if MPI.Is_finalized() or _will_not_finalize():
+    if MPI.Is_finalized():
+        return
+    if _will_not_finalize():
+        if _state.get("spawned"):
+            from . import pmix
+
+            pmix.finalize_runtime()  # or mpirun fails the job for this exit (pmix.py)
         return
     MPI.Finalize()
 
@@ -166,6 +172,7 @@ def adopt(MPI, merged):
     """In a process spawned to grow the job (growth.spawned_main): MPI is running, and
     `merged` is what its hvd.init() joins."""
     _state["mpi"], _state["own_mpi"], _state["joining"] = MPI, True, merged
+    _state["spawned"] = True
 
 
 def start_growth(hosts):
