@@ -4,9 +4,9 @@ cannot call MPI_Finalize.
 The processes MPI_Comm_spawn starts form a job of their own, and that job is not
 under ULFM: PRRTE takes a process of it that exits without finalizing for an
 abnormal termination and fails the whole mpirun (exit code 1), although the
-elastic job itself went on fine. Such a process must not MPI_Finalize either when
-the job lost a member (world._will_not_finalize), nor when it leaves a running job
-(its finalize would wait for the others to disconnect). PMIx_Finalize alone is what
+elastic job itself went on fine. Such a process never calls MPI_Finalize (that
+disconnects from every parent, which crashed or hung: see world.start_growth), and
+PMIx_Finalize alone is what
 PRRTE looks at: called last, it makes the exit a normal one (seen: spawned process
 leaving, its parents going on, mpirun's exit code 0 instead of 1)."""
 import ctypes

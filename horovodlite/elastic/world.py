@@ -58,11 +58,14 @@ def _finalize():
     MPI = _state["mpi"]
     if MPI.Is_finalized():
         return
-    if _will_not_finalize():
-        if _state.get("spawned"):
-            from . import pmix
+    if _state.get("spawned"):
+        # Never MPI_Finalize here (see start_growth); without PMIx_Finalize mpirun
+        # would fail the job for this exit (pmix.py).
+        from . import pmix
 
-            pmix.finalize_runtime()  # or mpirun fails the job for this exit (pmix.py)
+        pmix.finalize_runtime()
+        return
+    if _will_not_finalize():
         return
     MPI.Finalize()
 
@@ -182,6 +185,14 @@ def start_growth(hosts):
 
     assert _state.get("growth") is None
     _state["growth"] = growth_mod.spawn(comm(), hosts)
+    # A job that spawned processes is not MPI_Finalized anywhere: a spawned process's
+    # MPI_Finalize disconnects from every parent, and when its TCP BTL finds no
+    # address for one of them (opal_modex_recv: -46, "unreachable proc") it crashed
+    # with SIGSEGV (about one growth benchmark launch in 14; every time in a 3-process
+    # trial where the child finalized), or hung when the parents finalized too. The
+    # parents are under ULFM, where exiting without it is fine; the spawned processes
+    # call PMIx_Finalize instead (pmix.py).
+    mark_lost()
     if not _state.get("cancel_registered"):
         atexit.register(_cancel_growth)  # before _finalize, registered earlier
         _state["cancel_registered"] = True
