@@ -23,7 +23,8 @@ barrier (the other old ranks never connected to the new job); joined by
 MPI_Comm_accept/connect it worked, alltoall included, but MPI_Finalize then crashed in
 ompi_dpm_dyn_finalize (and MPI_Comm_disconnect hung), while skipping MPI_Finalize is
 no way out: the spawned job is not under ULFM, and mpirun fails the job when one of
-its processes exits without finalizing. A collective spawn from background threads on
+its processes exits without finalizing (unless it calls PMIx_Finalize, found later and
+now used by every spawned process: pmix.py; the connect/accept route was not retried). A collective spawn from background threads on
 every rank crashed the progress engine earlier."""
 import os
 import sys
