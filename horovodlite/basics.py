@@ -46,6 +46,11 @@ def init(comm=None, process_sets=None):
     with _lock:
         if _core.is_initialized():
             return
+        from . import _nccl, settings
+
+        # The Python layer's settings, read at the same moment as the core's (before the
+        # elastic world is looked up: it reads its settings from these).
+        _state["settings"] = settings.read()
         fortran, ranks = -1, []
         if comm is None:
             from .elastic import world as _elastic_world
@@ -59,10 +64,6 @@ def init(comm=None, process_sets=None):
             fortran = comm.py2f()
         else:
             raise TypeError(f"init(comm=...): expected None, a list of ranks or an mpi4py communicator, got {type(comm).__name__}")
-        from . import _nccl, settings
-
-        # The Python layer's settings, read at the same moment as the core's.
-        _state["settings"] = settings.read()
         _nccl.configure(_state["settings"])  # before any GPU collective might load NCCL
         _core.init(fortran, ranks)
         _state["topology"] = _core.topology()

@@ -2,6 +2,7 @@
 
     elastic:   python elastic_torch_job.py elastic OUT --steps 40 --commit-every 5
                    [--kill RANK:STEP[,RANK:STEP]] [--grow-at STEP | --shrink-at STEP] --grow-file F
+                   [--shrink-after-grow STEPS] [--kill-while-growing RANK]
     reference: python elastic_torch_job.py plain OUT --schedule 0:3,10:2 --save F
 
 Each step every rank computes its gradient on data drawn from (step, rank, size), so a
@@ -21,6 +22,7 @@ import numpy as np
 import torch
 
 import horovodlite.torch as hvd
+from horovodlite.elastic import world as elastic_world
 
 torch.set_num_threads(1)
 faulthandler.register(signal.SIGUSR1, all_threads=True)  # stacks of a hung job, for debugging
@@ -60,7 +62,8 @@ def elastic(a):
     model, opt = model_and_optimizer()
     state = hvd.elastic.TorchState(model, opt, step=0)
     kills = dict(tuple(map(int, k.split(":"))) for k in a.kill.split(",")) if a.kill else {}
-    me = int(os.environ.get("OMPI_COMM_WORLD_RANK", "-1"))  # -1: spawned later
+    # The rank in the job's first world; -1: spawned later (it is rank 0 of its own).
+    me = -1 if elastic_world.joined() else int(os.environ.get("OMPI_COMM_WORLD_RANK", "-1"))
     log = {"entries": [], "resets": [], "step_times": [], "errors": []}
 
     def on_reset():
@@ -70,13 +73,18 @@ def elastic(a):
 
     state.register_reset_callbacks([on_reset])
 
+    def grew():
+        return any(size == 3 for _, size, *_ in log["entries"])
+
     @hvd.elastic.run
     def train(state):
         log["entries"].append((state.step, hvd.size(), time.time(), flat(state.model),
                                flat_opt(state.optimizer)))
         # Until --steps, and while the job waits to grow (spawning may take longer than
         # the steps do), until it grew: the same condition on every rank.
-        while state.step < a.steps or (a.until_grown and hvd.size() < 3 and state.step < 20 * a.steps):
+        while state.step < a.steps or (a.until_grown and not grew() and state.step < 20 * a.steps) \
+                or (a.shrink_after_grow is not None and grew() and hvd.size() == 3
+                    and state.step < 20 * a.steps):
             if kills.get(me) == state.step and hvd.size() == a.np:
                 with open(os.path.join(a.out, "killed_at"), "w") as f:
                     f.write(repr(time.time()))
@@ -87,6 +95,16 @@ def elastic(a):
             if a.shrink_at is not None and state.step == a.shrink_at and hvd.rank() == 0:
                 with open(a.grow_file, "w") as f:
                     f.write("2\n")
+            if a.shrink_after_grow is not None and hvd.rank() == 0 and hvd.size() == 3 and \
+                    state.step == log["entries"][-1][0] + a.shrink_after_grow:
+                with open(a.grow_file, "w") as f:  # the slot of the process that grew in goes
+                    f.write("2\n")
+            if a.kill_while_growing is not None and me == a.kill_while_growing and \
+                    hvd.size() == a.np and elastic_world.growth() is not None:
+                # A process was started for the new slot and has not joined yet.
+                with open(os.path.join(a.out, "killed_at"), "w") as f:
+                    f.write(repr(time.time()))
+                os.kill(os.getpid(), signal.SIGKILL)
             time.sleep(a.step_sleep)
             t = time.time()
             train_step(state.model, state.optimizer, state.step)
@@ -159,6 +177,10 @@ if __name__ == "__main__":
     p.add_argument("--grow-file", default=None, help="the discovery script's slot count")
     p.add_argument("--until-grown", action="store_true", help="train on until the job grew to 3")
     p.add_argument("--shrink-at", type=int, default=None, help="step at which it becomes 2")
+    p.add_argument("--shrink-after-grow", type=int, default=None,
+                   help="steps after the job grew to 3 at which it becomes 2 (the new process leaves)")
+    p.add_argument("--kill-while-growing", type=int, default=None,
+                   help="this rank dies once a process was started for a new slot, before it joined")
     p.add_argument("--schedule", default="0:3", help="first step:world size, ...")
     p.add_argument("--save", default=None)
     p.add_argument("--step-sleep", type=float, default=0.0)

@@ -181,6 +181,73 @@ def test_shrinks_when_discovery_takes_a_slot_away(tmp_path):
     assert params.pop() == reference(tmp_path, [(0, 3), (at, 2)])
 
 
+def discovery(tmp_path, slots):
+    """A discovery script reporting localhost with the count in a file (tests change it)."""
+    f = tmp_path / "slots"
+    f.write_text(f"{slots}\n")
+    disc = tmp_path / "discover.sh"
+    disc.write_text(f"echo localhost:$(cat {f})\n")
+    return f, f"sh {disc}"
+
+
+def test_shrinks_away_a_process_that_grew_in(tmp_path):
+    """2 slots, then 3 (a process is spawned and joins), then 2 again: the process that
+    grew in is the highest rank, so it leaves at a commit and exits with 0; the two
+    original ranks go on, equal to the replay (2 ranks, then 3, then 2)."""
+    slots, disc = discovery(tmp_path, 2)
+    rc, out, logs = elastic(tmp_path, 2, ["--grow-at", 8, "--grow-file", slots, "--step-sleep", 0.05,
+                                          "--steps", 40, "--until-grown", "--shrink-after-grow", 3],
+                            ["--min-np", "2", "--max-np", "3", "--host-discovery-script", disc])
+    assert rc == 0, out[-5000:]
+    assert len(logs) == 3, out[-5000:]
+    left = [log for log in logs if "left" in log]
+    assert len(left) == 1 and left[0]["left"][0] == -1 and left[0]["left"][2] in (0, None), \
+        [log.get("left") for log in logs]  # -1: the process spawned later
+    grown_at, shrunk_at = left[0]["entries"][0][0], left[0]["left"][1]
+    assert [e[:2] for e in left[0]["entries"]] == [(grown_at, 3)]
+    assert grown_at % 5 == 0 and shrunk_at % 5 == 0 and shrunk_at > grown_at
+    stay = [log for log in logs if "left" not in log]
+    for log in stay:
+        assert not log["errors"], log["errors"]
+        assert [e[:2] for e in log["entries"]] == [(0, 2), (grown_at, 3), (shrunk_at, 2)]
+        assert [r[1] for r in log["resets"]] == [3, 2]
+    assert sorted(f[0] for f in finals(stay)) == [0, 1]
+    steps = {f[2] for f in finals(stay)}
+    params = {f[3] for f in finals(stay)}
+    assert len(steps) == 1 and len(params) == 1, "ranks differ after shrinking"
+    assert params.pop() == reference(tmp_path, [(0, 2), (grown_at, 3), (shrunk_at, 2)], steps=steps.pop())
+
+
+def test_rank_0_dies_while_a_process_starts(tmp_path):
+    """2 slots, then 3: rank 0 is killed once a process was started for the new slot
+    and before it joined. That process is told to exit (the world it was merged with
+    lost a member); rank 1 goes on from the last commit, and grows onto the free slots
+    again: the job ends in one consistent world of 3, equal to the replay."""
+    slots, disc = discovery(tmp_path, 2)
+    rc, out, logs = elastic(tmp_path, 2, ["--grow-at", 8, "--grow-file", slots, "--step-sleep", 0.05,
+                                          "--steps", 40, "--until-grown", "--kill-while-growing", 0],
+                            ["--max-np", "3", "--host-discovery-script", disc])
+    assert rc == 0, out[-5000:]
+    survivor = [log for log in logs if len(log["entries"]) > 1]
+    assert len(survivor) == 1, [log["entries"] for log in logs]
+    entries = [e[:2] for e in survivor[0]["entries"]]
+    assert [size for _, size in entries] == [2, 1, 3], entries
+    (_, _), (restored_at, _), (grown_at, _) = entries
+    assert restored_at % 5 == 0 and grown_at % 5 == 0 and grown_at >= restored_at
+    # The survivor and the two processes that grew in after the failure (the one
+    # started before it exited in hvd.init(), leaving no log).
+    assert len(logs) == 3, [log["entries"] for log in logs]
+    for log in logs:
+        assert not log["errors"], log["errors"]
+        assert log["entries"][-1][:2] == (grown_at, 3)
+    assert sorted(f[0] for f in finals(logs)) == [0, 1, 2]
+    steps = {f[2] for f in finals(logs)}
+    params = {f[3] for f in finals(logs)}
+    assert len(steps) == 1 and len(params) == 1, "ranks differ"
+    assert params.pop() == reference(tmp_path, [(0, 2), (restored_at, 1), (grown_at, 3)],
+                                     steps=steps.pop())
+
+
 def test_no_failure_equals_plain_training(tmp_path):
     rc, out, logs = elastic(tmp_path, 3, [])
     assert rc == 0, out[-5000:]

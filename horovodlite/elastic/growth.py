@@ -23,7 +23,8 @@ barrier (the other old ranks never connected to the new job); joined by
 MPI_Comm_accept/connect it worked, alltoall included, but MPI_Finalize then crashed in
 ompi_dpm_dyn_finalize (and MPI_Comm_disconnect hung), while skipping MPI_Finalize is
 no way out: the spawned job is not under ULFM, and mpirun fails the job when one of
-its processes exits without finalizing. A collective spawn from background threads on
+its processes exits without finalizing (unless it calls PMIx_Finalize, found later and
+now used by every spawned process: pmix.py; the connect/accept route was not retried). A collective spawn from background threads on
 every rank crashed the progress engine earlier."""
 import os
 import sys
@@ -148,9 +149,15 @@ def join_at_init(merged):
 
     from mpi4py import MPI
 
-    merged.send(None, dest=0, tag=_READY)
-    # From rank 0, or after a failure from the lowest survivor (world.reform).
-    word, lost = merged.recv(source=MPI.ANY_SOURCE, tag=_GO)
+    try:
+        merged.send(None, dest=0, tag=_READY)
+        # From rank 0, or after a failure from the lowest survivor (world.reform).
+        word, lost = merged.recv(source=MPI.ANY_SOURCE, tag=_GO)
+    except MPI.Exception:
+        # A member of the world we were merged with died first (ULFM fails the send
+        # to it, or a receive from any source): the survivors re-form without us and
+        # tell us to exit; we may not have heard it yet.
+        word, lost = _CANCEL, True
     if lost:
         world.mark_lost()  # the old ranks will not finalize: no one may
     if word == _CANCEL:

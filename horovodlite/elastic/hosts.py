@@ -25,7 +25,6 @@ import threading
 import time
 
 from . import world
-from .. import settings
 
 # A host update agreed at a commit: `hosts`, one name per process started for the job
 # (they wait to be joined); `remove`, ranks that leave; `skip_sync`: no process joins.
@@ -33,9 +32,10 @@ Update = collections.namedtuple("Update", "hosts remove skip_sync")
 
 
 def _setting(name):
-    # Read when needed: the launcher sets them for the job, and a spawned worker's
-    # environment is the launcher's, so every rank reads the same values.
-    return settings.value("ELASTIC_" + name)
+    # From the settings hvd.init() read (once per init, not through the core at every
+    # commit): the launcher sets them for the job, and a spawned worker's environment
+    # is the launcher's, so every rank has the same values.
+    return world.setting("ELASTIC_" + name)
 
 
 def discovery_script():
@@ -208,35 +208,69 @@ def _verdict():
     return ("spawn", plan) if plan else None
 
 
+# The verdict rank 0 took at the last commit, in flight to every rank: (world it was
+# posted on, handle of the flag's broadcast, the flag, rank 0's verdict).
+_posted = {"at": None}
+
+
 def agree_on_update():
-    """At a commit, on every rank: acts on rank 0's verdict, returning the Update that
-    interrupts training (None: training goes on). It costs one small broadcast, and
-    about a second at the commit that starts processes (they join later)."""
+    """At a commit, on every rank: acts on the verdict rank 0 took at the previous
+    commit, returning the Update that interrupts training (None: training goes on).
+
+    Whether rank 0 has a verdict travels as an 8-byte broadcast posted at one commit
+    and waited for at the next: it runs in the engine alongside the training steps in
+    between, so a commit with no host change waits for no round of its own (a host
+    change is acted on one commit later, on every rank at the same commit). Only when
+    the flag is set does the verdict itself travel (one more round). A commit that
+    starts processes takes about a second (they join later)."""
     if discovery_script() is None:
         return None
+    world.running_hosts()  # collective the first time; every rank is here
+    flag, verdict = _take_posted()
+    if flag:
+        from ..objects import broadcast_object
+
+        verdict = broadcast_object(verdict, 0, name="elastic.host_update")
+        if verdict[0] == "join":
+            return Update(world.growth().hosts, [], False)
+        if verdict[0] == "remove":
+            return Update([], verdict[1], True)
+        if _start(verdict[1]) and not world.grows_in_background():
+            # HOROVODLITE_ELASTIC_GROW_IN_BACKGROUND=0: they join now, every rank waiting.
+            return Update(verdict[1], [], False)
+    _post()
+    return None
+
+
+def _post():
+    """Rank 0 takes its verdict now; every rank starts the flag's broadcast."""
     import numpy as np
 
     from ..basics import rank
-    from ..objects import broadcast_object
-    from ..ops import broadcast_
+    from ..ops import broadcast_async_
 
-    world.running_hosts()  # collective the first time; every rank is here
     verdict = _verdict() if rank() == 0 else None
-    # One 8-byte broadcast says whether anything happens (nearly always not); only
-    # then does the verdict itself travel.
     flag = np.array([verdict is not None], dtype=np.int64)
-    broadcast_(flag, 0, name="elastic.host_update.any")
-    if not flag[0]:
-        return None
-    verdict = broadcast_object(verdict, 0, name="elastic.host_update")
-    if verdict[0] == "join":
-        return Update(world.growth().hosts, [], False)
-    if verdict[0] == "remove":
-        return Update([], verdict[1], True)
-    if not _start(verdict[1]):
-        return None
-    # HOROVODLITE_ELASTIC_GROW_IN_BACKGROUND=0: they join now, every rank waiting.
-    return None if world.grows_in_background() else Update(verdict[1], [], False)
+    handle = broadcast_async_(flag, 0, name="elastic.host_update.any")
+    _posted["at"] = (world.comm(), handle, flag, verdict)
+
+
+def _take_posted():
+    """(flag, rank 0's verdict) posted at the last commit on this world; (False, None)
+    when there is none (the first commit, or the world was re-formed since: a flag
+    posted on the old one is dropped there by every rank alike)."""
+    from .. import handles
+
+    at, _posted["at"] = _posted["at"], None
+    if at is None:
+        return False, None
+    comm, handle, flag, verdict = at
+    if comm is not world.comm():
+        # Failed or finished with the old engine; its arrays stay alive until it is done.
+        handles.orphan([handle])
+        return False, None
+    handles.synchronize(handle)  # raises HorovodInternalError if a peer failed
+    return bool(flag[0]), verdict
 
 
 def _start(plan):

@@ -56,16 +56,31 @@ def _will_not_finalize():
 
 def _finalize():
     MPI = _state["mpi"]
-    if MPI.Is_finalized() or _will_not_finalize():
+    if MPI.Is_finalized():
+        return
+    if _state.get("spawned"):
+        # Never MPI_Finalize here (see start_growth); without PMIx_Finalize mpirun
+        # would fail the job for this exit (pmix.py).
+        from . import pmix
+
+        pmix.finalize_runtime()
+        return
+    if _will_not_finalize():
         return
     MPI.Finalize()
 
 
+def setting(name):
+    """One setting, from those hvd.init() read (the Python layer reads its settings once
+    per init, with the core's); before the first init, from the environment now."""
+    from .. import basics, settings
+
+    return settings.value(name, basics._state["settings"])
+
+
 def enabled():
     """Launched by `horovodlite-run --elastic` (or told so)."""
-    from .. import settings
-
-    return bool(settings.value("ELASTIC"))
+    return bool(setting("ELASTIC"))
 
 
 def default_comm():
@@ -160,6 +175,7 @@ def adopt(MPI, merged):
     """In a process spawned to grow the job (growth.spawned_main): MPI is running, and
     `merged` is what its hvd.init() joins."""
     _state["mpi"], _state["own_mpi"], _state["joining"] = MPI, True, merged
+    _state["spawned"] = True
 
 
 def start_growth(hosts):
@@ -169,6 +185,14 @@ def start_growth(hosts):
 
     assert _state.get("growth") is None
     _state["growth"] = growth_mod.spawn(comm(), hosts)
+    # A job that spawned processes is not MPI_Finalized anywhere: a spawned process's
+    # MPI_Finalize disconnects from every parent, and when its TCP BTL finds no
+    # address for one of them (opal_modex_recv: -46, "unreachable proc") it crashed
+    # with SIGSEGV (about one growth benchmark launch in 14; every time in a 3-process
+    # trial where the child finalized), or hung when the parents finalized too. The
+    # parents are under ULFM, where exiting without it is fine; the spawned processes
+    # call PMIx_Finalize instead (pmix.py).
+    mark_lost()
     if not _state.get("cancel_registered"):
         atexit.register(_cancel_growth)  # before _finalize, registered earlier
         _state["cancel_registered"] = True
@@ -176,9 +200,7 @@ def start_growth(hosts):
 
 
 def grows_in_background():
-    from .. import settings
-
-    return bool(settings.value("ELASTIC_GROW_IN_BACKGROUND"))
+    return bool(setting("ELASTIC_GROW_IN_BACKGROUND"))
 
 
 def growth():
@@ -277,9 +299,7 @@ def host_name():
     """This process's host, as the engine names it (HOSTNAME_OVERRIDE lets tests pretend)."""
     import socket
 
-    from .. import settings
-
-    return settings.value("HOSTNAME_OVERRIDE") or socket.gethostname()
+    return setting("HOSTNAME_OVERRIDE") or socket.gethostname()
 
 
 def running_hosts():

@@ -114,6 +114,19 @@ class _DistributedOptimizer:
         if error is not None:
             raise error
 
+    def _forget_step(self):
+        """Drops the step in progress (gradients submitted or accumulated, the passes
+        counted): elastic training calls it when it restores a commit after a peer
+        failed mid-step, e.g. in a gradient's hook, which leaves the step half-counted
+        (the next backward pass was then refused as one pass too many)."""
+        from ..handles import orphan
+
+        orphan([h for h, _, _ in self._handles.values() if isinstance(h, int)])
+        self._handles.clear()
+        self._group_ready.clear()
+        self._delay = {p: self.backward_passes_per_step for p in self._requires_update}
+        self._synchronized = False
+
     @contextlib.contextmanager
     def skip_synchronize(self):
         """step() inside this block does not synchronize: use after calling synchronize()

@@ -32,6 +32,9 @@ class _OptimizerHandler(_Handler):
         self._saved = copy.deepcopy(self.value.state_dict())
 
     def restore(self):
+        forget = getattr(self.value, "_forget_step", None)  # a DistributedOptimizer
+        if forget is not None:
+            forget()
         self.value.load_state_dict(self._saved)
 
     def sync(self):
