@@ -22,8 +22,9 @@ void hierarchical_allreduce(const HierarchicalOptions& h, const Reducer& red,
     if (!local || local->size() == 1) return ring_allreduce_host(*h.cross, red, *h.scratch, a, h.ring);
     const int nl = local->size(), lr = local->rank();
     local->reduce_scatter(red, a.in, a.out, a.count, a.dt, a.op, a.prescale, 1.0, h.stream);
-    ring_allreduce(*h.cross, red, o + block_offset(a.count, nl, lr) * es,
-                   block_count(a.count, nl, lr), a.dt, a.op, a.postscale, *h.scratch, h.ring);
+    char* block = o + block_offset(a.count, nl, lr) * es;
+    ring_allreduce(*h.cross, red, *h.scratch,
+                   {block, block, block_count(a.count, nl, lr), a.dt, a.op, 1.0, a.postscale}, h.ring);
     local->allgather(a.out, a.count, a.dt, h.stream);
   } catch (const std::exception& e) {
     hierarchical_give_up(local, *h.cross, e);
