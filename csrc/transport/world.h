@@ -64,6 +64,9 @@ class World {
 // outside it gets a std::invalid_argument.
 // `hostname`: the host name this rank reports (empty: gethostname); tests pretend ranks
 // are on several hosts with it.
+// Throws std::runtime_error, before any MPI call, once a world of this process lost a
+// member (MPI's rules: MPI_COMM_WORLD is unusable then), unless `fortran_comm` is a
+// communicator of the survivors.
 std::unique_ptr<World> make_mpi_world(long long fortran_comm, const std::vector<int>& ranks,
                                       const std::string& hostname = "");
 bool mpi_built();
