@@ -2,8 +2,8 @@
 one harness (tests/cpp/harness.h): among them the whole engine with ranks as threads
 (negotiation, fusion, every host allreduce path, a peer that dies, one that freezes),
 the collective algorithms alone, the ring's partitioning, the reduce kernels, the path
-tuner and the negotiation round. Built once per session
-in a temporary directory, without Python, MPI or CUDA."""
+tuner, the negotiation round and which failure a liveness check names. Built once per
+session in a temporary directory, without Python, MPI or CUDA."""
 import shutil
 import subprocess
 from pathlib import Path
@@ -35,5 +35,5 @@ def test_ctest_targets_pass(ctest_build):
     assert "100% tests passed" in proc.stdout, proc.stdout[-3000:]
     # Every target ran (a renamed or dropped one would otherwise pass unnoticed).
     for target in ("engine_threads", "collectives", "partition_seg4096", "partition_seg200",
-                   "path_tuner", "reduce", "controller"):
+                   "path_tuner", "reduce", "controller", "peer_health"):
         assert f" {target} " in proc.stdout, (target, proc.stdout[-3000:])

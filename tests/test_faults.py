@@ -522,15 +522,16 @@ def test_init_after_a_rank_left_fails_instead_of_hanging():
         t = time.time()
         try:
             hvd.init()
-            return ("init worked", time.time() - t)
+            return ("init worked", "", time.time() - t)
         except Exception as e:
-            return (str(e), time.time() - t)
+            return (str(e), type(e).__name__, time.time() - t)
     """, timeout=120, allow_failure=True)
     assert results[1] == "left", results
     worst = 0.0
     for r in (0, 2):
-        msg, took = results[r]
+        msg, cls, took = results[r]
         assert "rank(s) 1 of MPI_COMM_WORLD have left" in msg, (r, results[r])
+        assert cls == "HorovodInternalError", (r, results[r])  # as for any lost peer
         worst = max(worst, took)
     print(f"\nFAULT-ROW init after a rank left: worst detection {worst:.2f} s")
 
@@ -586,9 +587,17 @@ def test_add_process_set_with_a_frozen_rank_fails_instead_of_hanging():
         t = time.time()
         try:
             hvd.add_process_set(hvd.ProcessSet([0, 2]))  # a new set: [0, 1, 2] is the global one
-            return ("added", time.time() - t)
+            out = ("added", time.time() - t)
         except Exception as e:
-            return (str(e), time.time() - t)
+            out = (str(e), time.time() - t)
+        # A survivor that exits after giving up ends the job under the default launcher
+        # (it does not finalize a broken world): let the other survivor report first.
+        open(os.path.join(_out, f"gave_up{hvd.rank()}"), "w").close()
+        deadline = time.time() + 15
+        while time.time() < deadline and not all(
+                os.path.exists(os.path.join(_out, f"gave_up{q}")) for q in (0, 1)):
+            time.sleep(0.05)
+        return out
     """, timeout=120, allow_failure=True, init_kwargs={"process_sets": "dynamic"},
         env={"HOROVODLITE_PEER_TIMEOUT_SECONDS": str(PEER_TIMEOUT)})
     worst = 0.0
@@ -599,3 +608,110 @@ def test_add_process_set_with_a_frozen_rank_fails_instead_of_hanging():
         worst = max(worst, took)
     assert worst <= PEER_TIMEOUT + 3, worst
     print(f"\nFAULT-ROW add_process_set with a frozen rank: worst detection {worst:.2f} s")
+
+
+def test_a_failure_one_rank_sees_is_told_to_the_others():
+    """Rank 0 watches with a 3 s peer timeout, rank 1 with 120 s: when rank 2 freezes,
+    only rank 0's heartbeat can notice in time, and rank 1 must still fail within a few
+    seconds, naming rank 2 as rank 0 saw it (the heartbeat passes each declared failure
+    on, so every survivor names the same cause)."""
+    results = run(3, """
+    import os, signal, time
+    def main(hvd):
+        rank = int(os.environ["OMPI_COMM_WORLD_RANK"])
+        os.environ["HOROVODLITE_PEER_TIMEOUT_SECONDS"] = "3" if rank == 0 else "120"
+        hvd.init()
+        hvd.allreduce(np.ones(2), name="warm")
+        if rank == 2:
+            os.kill(os.getpid(), signal.SIGSTOP)
+        t = time.time()
+        try:
+            hvd.allreduce(np.ones(2), name="after")
+            out = ("finished", time.time() - t)
+        except Exception as e:
+            out = (str(e), time.time() - t)
+        open(os.path.join(_out, f"gave_up{rank}"), "w").close()
+        deadline = time.time() + 15
+        while time.time() < deadline and not all(
+                os.path.exists(os.path.join(_out, f"gave_up{q}")) for q in (0, 1)):
+            time.sleep(0.05)
+        return out
+    """, timeout=120, allow_failure=True, init=False)
+    for r in (0, 1):
+        assert results[r] is not None, results
+        msg, took = results[r]
+        assert "rank 2" in msg and "no heartbeat" in msg, (r, results[r])
+    assert "as rank 0 saw it" in results[1][0], results[1]
+    assert results[1][1] < 60, results[1]  # well before its own 120 s timeout
+    print(f"\nFAULT-ROW a failure told on by a peer: rank 1 failed after {results[1][1]:.2f} s")
+
+
+
+_LATE_RANK = """
+import os, time
+def main(hvd):
+    rank = int(os.environ["OMPI_COMM_WORLD_RANK"])
+    if MPI_FIRST:
+        from mpi4py import MPI  # MPI_Init on every rank now: only hvd.init() is late
+    if rank == 2:
+        time.sleep(LATE)  # frozen, or very slow to start: it reaches init() late
+    t = time.time()
+    try:
+        hvd.init()
+        out = ("init worked", "", time.time() - t)
+        hvd.shutdown()
+    except Exception as e:
+        out = (str(e), type(e).__name__, time.time() - t)
+    open(os.path.join(_out, f"done{rank}"), "w").close()
+    deadline = time.time() + 15  # let the others report before this one exits
+    while time.time() < deadline and not all(
+            os.path.exists(os.path.join(_out, f"done{q}")) for q in (0, 1)):
+        time.sleep(0.05)
+    return out
+"""
+
+
+def _late_rank(late, mpi_first):
+    return _LATE_RANK.replace("LATE", str(late)).replace("MPI_FIRST", str(mpi_first))
+
+
+@pytest.mark.parametrize("spelling", ["HOROVODLITE_", "HOROVOD_", None])
+def test_init_with_a_rank_that_does_not_arrive_fails_after_the_start_timeout(spelling):
+    """No heartbeat watches a world that is still being made: init() is bounded by the
+    start timeout instead (either spelling). MPI is up everywhere (mpi4py), rank 2
+    comes to hvd.init() 6 s late against a 1.5 s timeout: ranks 0 and 1 raise, naming
+    the setting, and rank 2's own init fails too instead of waiting for them. Unset
+    (the control), the default 300 s lets a rank 3 s late join."""
+    env = {spelling + "START_TIMEOUT": "1.5"} if spelling else {}
+    late = 6 if spelling else 3
+    results = run(3, _late_rank(late, True), timeout=120, allow_failure=True, init=False, env=env)
+    if spelling is None:
+        assert all(r is not None and r[0] == "init worked" for r in results), results
+        assert results[0][2] >= late - 1, results
+        return
+    worst = 0.0
+    for r in (0, 1):
+        assert results[r] is not None, results
+        msg, cls, took = results[r]
+        assert "HOROVODLITE_START_TIMEOUT=1.5" in msg and "hvd.init()" in msg, (r, results[r])
+        assert cls == "HorovodInternalError", (r, results[r])
+        worst = max(worst, took)
+    if results[2] is not None:  # the launcher may end it first, once the others exited
+        assert results[2][0] != "init worked", results
+    print(f"\nFAULT-ROW init with a rank that does not arrive ({spelling}): "
+          f"worst detection {worst:.2f} s (start timeout 1.5 s)")
+
+
+def test_a_rank_that_does_not_start_mpi_ends_the_job_after_the_start_timeout():
+    """Rank 2 is 60 s late to MPI_Init itself, which waits for every rank of the job and
+    cannot be interrupted: past the start timeout (2 s) ranks 0 and 1 end themselves,
+    saying why, and the launcher ends the job, long before rank 2 would arrive."""
+    t = time.time()
+    results, out = run(3, _late_rank(60, False), timeout=120, allow_failure=True, init=False,
+                       env={"HOROVODLITE_START_TIMEOUT": "2"}, return_output=True)
+    took = time.time() - t
+    assert "MPI_Init has waited 2 s" in out and "HOROVODLITE_START_TIMEOUT=2" in out, out[-3000:]
+    assert results == [None, None, None], results
+    assert took < 50, (took, out[-3000:])
+    print(f"\nFAULT-ROW a rank that does not start MPI: the job ended after {took:.1f} s "
+          "(start timeout 2 s)")

@@ -281,3 +281,36 @@ def test_torch_cuda_tensors(nranks):
         assert not bad, f"rank {r}: {bad}"
         assert diff < 1e-5, f"rank {r}: DistributedOptimizer differs from the reference by {diff}"
     assert len({flat for _, _, flat in res}) == 1, "ranks ended with different parameters"
+
+
+def test_a_frozen_peer_fails_a_gpu_allreduce_instead_of_hanging():
+    """Rank 2 freezes (SIGSTOP) while GPU allreduces are in flight: ranks 0 and 1 raise
+    HorovodInternalError naming it within the peer timeout (the device transports pass
+    liveness through, and the stream wait watches it), instead of waiting forever."""
+    res = run(3, _COMMON + """
+import os, signal, time
+def main(hvd):
+    cupy.cuda.Device(0).use()
+    hc.allreduce(cupy.ones(8, cupy.float32), name="warm")
+    if hvd.rank() == 2:
+        os.kill(os.getpid(), signal.SIGSTOP)
+    t = time.time()
+    try:
+        hs = [hc.allreduce_async(cupy.ones(1 << 20, cupy.float32), name=f"big.{i}") for i in range(4)]
+        for h in hs:
+            hc.synchronize(h)
+        out = ("finished", "", time.time() - t)
+    except Exception as e:
+        out = (str(e), type(e).__name__, time.time() - t)
+    open(os.path.join(_out, f"gave_up{hvd.rank()}"), "w").close()
+    deadline = time.time() + 15
+    while time.time() < deadline and not all(
+            os.path.exists(os.path.join(_out, f"gave_up{q}")) for q in (0, 1)):
+        time.sleep(0.05)
+    return out
+""", timeout=180, allow_failure=True, env={"HOROVODLITE_PEER_TIMEOUT_SECONDS": "3"})
+    for r in (0, 1):
+        assert res[r] is not None, res
+        msg, cls, took = res[r]
+        assert "rank 2" in msg and cls == "HorovodInternalError", (r, res[r])
+        assert took < 30, (r, res[r])

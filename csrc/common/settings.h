@@ -74,6 +74,10 @@ enum class SettingType { INT, REAL, BOOL, STRING };
   X(PEER_TIMEOUT_SECONDS, REAL, "30", false,                                                 \
     "a peer whose process or engine stops answering this long is declared dead: every "      \
     "collective of the sets it is in fails on every survivor (0 = no heartbeat)")            \
+  X(START_TIMEOUT, REAL, "300", false,                                                       \
+    "seconds hvd.init() waits for every rank to reach it (a rank that froze, died or "      \
+    "started late) before it fails, naming this setting; Horovod's launcher option of the " \
+    "same name bounds its start-up likewise")                                                \
   X(FAILURE_REPORT_DIR, STRING, "", false,                                                   \
     "set by horovodlite-run: where ranks note failures for its \"failed first\" report")   \
   X(ELASTIC, BOOL, "0", false, "set by horovodlite-run --elastic: this job is elastic")  \

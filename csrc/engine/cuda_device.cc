@@ -9,6 +9,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <chrono>
+#include <thread>
 #include <stdexcept>
 
 #include "../../cuda/gpu_kernels.h"
@@ -17,6 +19,8 @@
 #include "../reduce/identity.h"
 #include "../transport/device_transport.h"
 #include "../transport/nccl_library.h"
+#include "../transport/peer_health.h"
+#include "../transport/watched_wait.h"
 #include "../transport/world.h"
 
 namespace hvdl {
@@ -88,13 +92,16 @@ class CudaDevice final : public Device {
  public:
   CudaDevice(int ordinal, Transport& host, size_t staging_segment_bytes)
       : ordinal_(ordinal), host_(host), staging_segment_bytes_(staging_segment_bytes), stream_(create_stream(ordinal)), reducer_(stream_),
-        fusion_(stream_), scratch_(stream_), descs_(stream_) {}
+        fusion_(stream_), scratch_(stream_), descs_(stream_), done_(gpu::event_create()) {}
 
   ~CudaDevice() override {
+    // After a lost peer, NCCL kernels still queued would wait for it forever.
+    if (nccl_ && PeerHealth::get().any_failed()) nccl_->abort();
     try {
       gpu::stream_synchronize(stream_);
     } catch (...) {
     }
+    gpu::event_destroy(done_);
     paths_.reset();
     nccl_.reset();
     gpu::stream_destroy(stream_);
@@ -161,7 +168,39 @@ class CudaDevice final : public Device {
   // Completing the handles only once the GPU is done keeps the framework's tensors
   // alive for as long as we read or write them, and makes the results visible to any
   // stream the consumer uses afterwards without it waiting on an event of ours.
-  void end() override { gpu::stream_synchronize(stream_); }
+  //
+  // The wait watches as every wait does (watched_wait.h): NCCL's kernels wait for their
+  // peers on the GPU, so after a lost peer cudaStreamSynchronize would never return.
+  // Then NCCL's communicator is aborted, which ends those kernels, and the wait fails.
+  void end() override {
+    using namespace std::chrono;
+    gpu::event_record(done_, stream_);
+    WaitWatch watch(host_.watched_ranks(), 0, "waiting for the GPU stream");
+    const auto start = steady_clock::now();
+    auto checked = start;
+    auto nap = microseconds(2);
+    while (!gpu::event_query(done_)) {
+      const auto now = steady_clock::now();
+      if (now - checked >= milliseconds(1)) {
+        checked = now;
+        try {
+          watch.check();
+          host_.check_alive();
+        } catch (...) {
+          if (nccl_) nccl_->abort();  // the paths still refer to it: aborted, not freed
+          throw;
+        }
+      }
+      // Short kernels end within microseconds: spin first, then sleep a little longer
+      // each time (at most 50 us of added latency) so a long one costs no CPU.
+      if (now - start < microseconds(200)) {
+        std::this_thread::yield();
+        continue;
+      }
+      std::this_thread::sleep_for(nap);
+      nap = std::min(nap * 2, microseconds(50));
+    }
+  }
 
  private:
   static void* create_stream(int ordinal) {
@@ -175,6 +214,7 @@ class CudaDevice final : public Device {
   void* stream_;
   KernelReducer reducer_;
   DeviceBuffer fusion_, scratch_, descs_;
+  void* done_;  // recorded at end(): the batch's work on the stream is over
   std::vector<gpu::CopyDesc> descs_host_;
   std::unique_ptr<Transport> transport_;
   std::unique_ptr<DeviceCollectives> nccl_;

@@ -200,7 +200,16 @@ void size_arena_before_init() {
 
 PYBIND11_MODULE(_core, m) {
   m.doc() = "horovodlite core engine";
-  py::register_exception<InternalError>(m, "HorovodInternalError", PyExc_RuntimeError);
+  static auto& internal = py::register_exception<InternalError>(m, "HorovodInternalError", PyExc_RuntimeError);
+  // A lost peer is a HorovodInternalError wherever it surfaces, also outside a
+  // collective (init or add_process_set meeting a rank that has left).
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const PeerFailure& e) {
+      py::set_error(internal, e.what());
+    }
+  });
 
   // The one place the environment is read (common/settings.h); the Python layer reads
   // its own settings through read_settings() at init() too.
@@ -209,7 +218,9 @@ PYBIND11_MODULE(_core, m) {
     set_jax_ffi_async(s.flag(Setting::JAX_FFI_ASYNC));
     py::gil_scoped_release nogil;
     if (Engine::get().initialized()) return;  // making a world is collective: only once
-    Engine::get().init(make_mpi_world(comm, ranks, s.str(Setting::HOSTNAME_OVERRIDE)), s);
+    Engine::get().init(make_mpi_world(comm, ranks, s.str(Setting::HOSTNAME_OVERRIDE),
+                                      s.real(Setting::START_TIMEOUT)),
+                       s);
   }, py::arg("fortran_comm") = -1, py::arg("ranks") = std::vector<int>());
   m.def("engine_report", [](int ps) {
     py::gil_scoped_release nogil;

@@ -43,6 +43,11 @@ class DeviceCollectives {
     bool send;
   };
   virtual void exchange(const std::vector<Transfer>& transfers) = 0;
+
+  // A peer was lost: end the work queued on the stream that waits for it (its kernels
+  // would spin on the GPU forever), so the stream can drain. Nothing may be called
+  // afterwards.
+  virtual void abort() {}
 };
 
 // NCCL (nccl_collectives.cc), loaded at run time, queuing on `stream` (a cudaStream_t of

@@ -73,6 +73,12 @@ class ForwardingTransport : public Transport {
   void barrier() override { in_.barrier(); }
   void ring(uint64_t round) override { in_.ring(round); }
   uint64_t poll_ring() override { return in_.poll_ring(); }
+  // Liveness is the host transport's: its waits (and the engine's, through these)
+  // end on a lost peer or a collective a peer gave up (watched_wait.h).
+  void check_alive() override { in_.check_alive(); }
+  const std::vector<int>* world_ranks() const override { return in_.world_ranks(); }
+  const std::vector<int>* watched_ranks() const override { return in_.watched_ranks(); }
+  void abandon(const std::string& why) override { in_.abandon(why); }
 
  protected:
   Transport& in_;

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 
 #include "../common/logging.h"
 #include "mpi_failures.h"
@@ -28,6 +29,7 @@ int open_pidfd(int pid) {
 #endif
 }
 constexpr int kBeatTag = 7;
+constexpr int kVerdictTag = 8;  // int32 failed rank, then the reason's text
 }  // namespace
 
 MpiHeartbeat::MpiHeartbeat(MPI_Comm world, const std::vector<int>& local_pids, double timeout_s)
@@ -44,6 +46,7 @@ MpiHeartbeat::MpiHeartbeat(MPI_Comm world, const std::vector<int>& local_pids, d
     if (r != rank_ && r < static_cast<int>(local_pids.size())) pidfds_[r] = open_pidfd(local_pids[r]);
   wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   sends_.assign(size_, MPI_REQUEST_NULL);
+  told_.assign(size_, 0);
   MPI_Irecv(&in_, 1, MPI_BYTE, MPI_ANY_SOURCE, kBeatTag, comm_, &recv_);
   thread_ = std::thread([this] { loop(); });
 }
@@ -59,6 +62,47 @@ void MpiHeartbeat::receive_all(std::vector<Clock::time_point>& heard) {
     if (!flag) return;
     if (st.MPI_SOURCE >= 0 && st.MPI_SOURCE < size_) heard[st.MPI_SOURCE] = Clock::now();
     MPI_Irecv(&in_, 1, MPI_BYTE, MPI_ANY_SOURCE, kBeatTag, comm_, &recv_);
+  }
+}
+
+void MpiHeartbeat::receive_verdicts() {
+  PeerHealth& health = PeerHealth::get();
+  for (;;) {
+    int flag = 0, n = 0;
+    MPI_Status st;
+    int rc = MPI_Iprobe(MPI_ANY_SOURCE, kVerdictTag, comm_, &flag, &st);
+    if (rc != MPI_SUCCESS) mpi_failures::raise(comm_, rc, "the heartbeat's MPI_Iprobe");
+    if (!flag) return;
+    MPI_Get_count(&st, MPI_BYTE, &n);
+    std::string buf(static_cast<size_t>(std::max(n, 0)), '\0');
+    rc = MPI_Recv(buf.data(), n, MPI_BYTE, st.MPI_SOURCE, kVerdictTag, comm_, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS) mpi_failures::raise(comm_, rc, "the heartbeat's MPI_Recv");
+    int32_t failed = -1;
+    if (buf.size() < sizeof(failed)) continue;
+    std::memcpy(&failed, buf.data(), sizeof(failed));
+    if (failed < 0 || failed >= size_ || failed == rank_) continue;
+    told_[failed] = 1;  // the declarer tells everyone; no need to pass it on
+    health.declare(failed, buf.substr(sizeof(failed)) + " (as rank " +
+                               std::to_string(st.MPI_SOURCE) + " saw it)");
+  }
+}
+
+void MpiHeartbeat::tell_verdicts() {
+  PeerHealth& health = PeerHealth::get();
+  for (int f = 0; f < size_; ++f) {
+    if (told_[f] || f == rank_ || !health.failed(f)) continue;
+    told_[f] = 1;
+    const int32_t who = f;
+    std::string msg(reinterpret_cast<const char*>(&who), sizeof(who));
+    msg += health.reason(f);
+    for (int p = 0; p < size_; ++p) {
+      if (p == rank_ || health.failed(p)) continue;
+      verdicts_->bufs.push_back(msg);
+      verdicts_->reqs.push_back(MPI_REQUEST_NULL);
+      int rc = MPI_Isend(verdicts_->bufs.back().data(), static_cast<int>(msg.size()), MPI_BYTE, p,
+                         kVerdictTag, comm_, &verdicts_->reqs.back());
+      if (rc != MPI_SUCCESS) mpi_failures::raise(comm_, rc, "the heartbeat's MPI_Isend");
+    }
   }
 }
 
@@ -78,6 +122,7 @@ void MpiHeartbeat::loop() {
   try {
     while (!stop_.load()) {
       receive_all(heard);
+      receive_verdicts();
       // An engine thread stuck outside every wait: stop vouching for this process,
       // so the peers treat it like a frozen one (and say so here once).
       std::string stuck = health.stuck_thread(timeout);
@@ -106,6 +151,7 @@ void MpiHeartbeat::loop() {
           health.declare(p, buf);
         }
       }
+      tell_verdicts();
       fds.clear();
       fd_rank.clear();
       fds.push_back({wake_fd_, POLLIN, 0});
@@ -116,6 +162,9 @@ void MpiHeartbeat::loop() {
           fd_rank.push_back(p);
         }
       int n = poll(fds.data(), fds.size(), static_cast<int>(period_s_ * 1000));
+      // A peer's exit may be the consequence of a failure it told us of just before:
+      // take the news first, so the cause is declared before the exit.
+      if (n > 0) receive_verdicts();
       if (n > 0)
         for (size_t i = 1; i < fds.size(); ++i)
           if (fds[i].revents)
@@ -153,11 +202,12 @@ MpiHeartbeat::~MpiHeartbeat() {
   for (int fd : pidfds_)
     if (fd >= 0) close(fd);
   mpi_failures::forget(comm_);
-  if (!healthy) return;  // a broken world: leave its requests and communicator be
+  if (!healthy) return;  // a broken world: leave its requests (and their buffers) be
   MPI_Cancel(&recv_);
   MPI_Wait(&recv_, MPI_STATUS_IGNORE);
   for (auto& s : sends_)
     if (s != MPI_REQUEST_NULL) MPI_Wait(&s, MPI_STATUS_IGNORE);
+  delete verdicts_;  // none were sent: the world stayed healthy
   int flag = 1;
   while (flag) {
     MPI_Status st;

@@ -5,6 +5,11 @@
 // dead in PeerHealth. Peers on this host are also watched through pidfds, which wake
 // the thread the moment such a process exits. The thread sleeps in poll() between
 // beats: a few wake-ups a second at most, nothing measurable while training.
+//
+// Each failure this rank declares (by whatever thread) is also told to the other ranks
+// once, with its reason: the ranks notice a frozen peer up to a beat apart, and the one
+// that notices first may give up and exit before the others notice; without the news
+// they would name its exit, a consequence, instead of the frozen peer, the cause.
 #pragma once
 #include <mpi.h>
 
@@ -27,6 +32,8 @@ class MpiHeartbeat {
  private:
   void loop();
   void receive_all(std::vector<std::chrono::steady_clock::time_point>& heard);
+  void receive_verdicts();
+  void tell_verdicts();
 
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1;
@@ -38,6 +45,14 @@ class MpiHeartbeat {
   MPI_Request recv_ = MPI_REQUEST_NULL;
   uint8_t in_ = 0, out_ = 0;
   std::vector<MPI_Request> sends_;
+  // The news of failures: per rank, whether it has been told (or heard); the messages
+  // in flight. Left allocated when the world breaks, as MPI may still read them.
+  struct Verdicts {
+    std::vector<std::string> bufs;
+    std::vector<MPI_Request> reqs;
+  };
+  std::vector<char> told_;
+  Verdicts* verdicts_ = new Verdicts();
   std::thread thread_;
 };
 

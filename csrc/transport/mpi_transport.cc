@@ -5,7 +5,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <climits>
+#include <mutex>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
@@ -430,31 +433,72 @@ std::vector<int> departed_members(MPI_Comm comm) {
   return out;
 }
 
-// Waits until every rank of `comm` has reached this point (a non-blocking barrier),
-// watching for the farewell of a member and, in a running world (`in_world`), the
-// way every wait does (watched_wait.h: any declared failure of it). Not at init: the
-// failures PeerHealth knows of then are the previous world's. `what` names the call.
-void arrive(MPI_Comm comm, const char* what, bool in_world) {
+// Throws, naming them, when members of `comm` have left (their farewell arrived).
+void fail_if_departed(MPI_Comm comm, const char* what) {
+  auto gone = departed_members(comm);
+  if (gone.empty()) return;
+  g_abandoned_creation = true;
+  std::string list;
+  for (int g : gone) list += (list.empty() ? "" : ", ") + std::to_string(g);
+  throw PeerFailure(std::string("horovodlite: ") + what + ": rank(s) " + list +
+                    " of MPI_COMM_WORLD have left (their script ended and called "
+                    "MPI_Finalize); MPI cannot make a new group with them");
+}
+
+// How the waits of a world being made wait (arrive, the first dup and allgathers):
+// as every wait does (watched_wait.h), and also failing on the farewell of a member
+// of `comm` (`farewells`). In a running world (`in_world`) any declared failure of it
+// ends the wait; not at init, where the failures PeerHealth knows of are the previous
+// world's, and where `limit_s` (> 0) bounds the wait instead, since no heartbeat
+// watches a world not made yet. Giving up leaves the creation pending, which
+// finalize_at_exit must know.
+void wait_arriving(MPI_Request* r, MPI_Comm comm, const char* what, double limit_s, bool in_world,
+                   bool farewells = true) {
+  WaitWatch w(nullptr, limit_s, what, in_world);
+  try {
+    wait_polite(r, 1, comm, what, w, [&] {
+      if (farewells) fail_if_departed(comm, what);
+    });
+  } catch (const PeerFailure&) {
+    g_abandoned_creation = true;
+    throw;
+  }
+}
+
+// Waits until every rank of `comm` has reached this point (a non-blocking barrier;
+// wait_arriving's rules). `what` names the call.
+void arrive(MPI_Comm comm, const char* what, bool in_world, double limit_s = 0) {
   MPI_Request r;
   check(MPI_Ibarrier(comm, &r), what);
-  WaitWatch w(nullptr, 0, what, in_world);
-  wait_polite(&r, 1, comm, what, w, [&] {
-    auto gone = departed_members(comm);
-    if (gone.empty()) return;
-    g_abandoned_creation = true;
-    std::string list;
-    for (int g : gone) list += (list.empty() ? "" : ", ") + std::to_string(g);
-    throw std::runtime_error(std::string("horovodlite: ") + what + ": rank(s) " + list +
-                             " of MPI_COMM_WORLD have left (their script ended and called "
-                             "MPI_Finalize); MPI cannot make a new group with them");
-  });
+  wait_arriving(&r, comm, what, limit_s, in_world);
+}
+
+// MPI_Comm_dup as arrive() waits: a rank that gave up its own wait for us (its start
+// timeout) posted the barrier we met, but will never dup.
+MPI_Comm dup_arriving(MPI_Comm base, const char* what, double limit_s) {
+  MPI_Comm out;
+  MPI_Request r;
+  check(MPI_Comm_idup(base, &out, &r), what);
+  wait_arriving(&r, base, what, limit_s, false);
+  return out;
+}
+
+// MPI_Allgather of `count` items each, as arrive() waits: the world's first exchanges
+// (host names, pids) run before any heartbeat, so a rank that freezes or leaves right
+// then must not hold the others forever.
+void allgather_arriving(const void* in, int count, MPI_Datatype type, void* out, MPI_Comm comm,
+                        const char* what, double limit_s) {
+  MPI_Request r;
+  check(MPI_Iallgather(in, count, type, out, count, type, comm, &r), what);
+  wait_arriving(&r, comm, what, limit_s, false);
 }
 
 // The ranks of `base` listed in `ranks`, in that order, as a new communicator;
 // MPI_COMM_NULL on the others. Collective over `base`; fails (instead of waiting
 // forever) when a rank of `base` has died or left (arrive()).
-MPI_Comm split_members(MPI_Comm base, const std::vector<int>& ranks, int me, bool in_world) {
-  arrive(base, in_world ? "adding a process set (MPI_Comm_split)" : "hvd.init(comm=ranks)", in_world);
+MPI_Comm split_members(MPI_Comm base, const std::vector<int>& ranks, int me, bool in_world,
+                       double limit_s = 0, const char* what = "hvd.init(comm=ranks)") {
+  arrive(base, in_world ? "adding a process set (MPI_Comm_split)" : what, in_world, limit_s);
   auto it = std::find(ranks.begin(), ranks.end(), me);
   const bool member = it != ranks.end();
   MPI_Comm sub;
@@ -475,7 +519,13 @@ void finalize_at_exit() {
   // MPI_Finalize is collective in practice: after a peer was lost it can wait for
   // that peer forever. A broken world is left unfinalized; the process just exits
   // (the launcher then reports it, which is what a failed job should get).
-  if (PeerHealth::get().ever_failed() || g_abandoned_creation) return;
+  if (g_abandoned_creation) {
+    // Peers may still be waiting in the creation we gave up: they fail on this note
+    // instead of waiting for us until their own timeout.
+    say_farewell();
+    return;
+  }
+  if (PeerHealth::get().ever_failed()) return;
   int fin = 0;
   MPI_Finalized(&fin);
   if (fin) return;
@@ -483,21 +533,67 @@ void finalize_at_exit() {
   MPI_Finalize();
 }
 
-void ensure_mpi_initialized() {
+// MPI_Init waits (in PMIx's fence) for every rank of the job to start it, and nothing
+// can interrupt it: a rank that froze or never got that far would hold the others
+// there forever. So past the start timeout the waiting process ends itself, saying
+// why (the launcher then ends the job); every later wait of init() raises instead.
+class InitWatchdog {
+ public:
+  explicit InitWatchdog(double limit_s) {
+    if (limit_s <= 0) return;
+    thread_ = std::thread([this, limit_s] {
+      std::unique_lock<std::mutex> l(mu_);
+      if (cv_.wait_for(l, std::chrono::duration<double>(limit_s), [this] { return done_; })) return;
+      std::fprintf(stderr,
+                   "horovodlite: hvd.init() gives up: MPI_Init has waited %g s for the other "
+                   "ranks of the job to start it (one froze, died or started late?); "
+                   "HOROVODLITE_START_TIMEOUT=%g s bounds that wait. Exiting.\n",
+                   limit_s, limit_s);
+      std::fflush(stderr);
+      _exit(1);
+    });
+  }
+  ~InitWatchdog() {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::thread thread_;
+};
+
+void ensure_mpi_initialized(double start_timeout_s) {
   int inited = 0;
   MPI_Initialized(&inited);
   if (inited) return;
   int provided = 0;
-  check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided), "MPI_Init_thread");
+  {
+    InitWatchdog watchdog(start_timeout_s);
+    check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided), "MPI_Init_thread");
+  }
   g_we_initialized = true;
-  check(MPI_Comm_dup(MPI_COMM_WORLD, &g_farewell), "MPI_Comm_dup");  // every rank starts here
-  MPI_Comm_set_errhandler(g_farewell, MPI_ERRORS_RETURN);
-  int n = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  g_left.assign(n, 0);
   // MPI can be initialised only once per process, so it lives until exit and
   // init() -> shutdown() -> init() reuses it; mpirun expects MPI_Finalize before exit.
   std::atexit(finalize_at_exit);
+  int n = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  g_left.assign(n, 0);
+  // Every rank starts here, so the farewells' communicator is made now (waiting as
+  // the rest of init() does: dup_arriving, without farewells to look at yet).
+  MPI_Comm farewell;
+  MPI_Request r;
+  const char* what = "hvd.init() (MPI_Comm_dup after MPI_Init; HOROVODLITE_START_TIMEOUT)";
+  check(MPI_Comm_idup(MPI_COMM_WORLD, &farewell, &r), what);
+  wait_arriving(&r, MPI_COMM_WORLD, what, start_timeout_s, false, false);
+  MPI_Comm_set_errhandler(farewell, MPI_ERRORS_RETURN);
+  g_farewell = farewell;
 }
 
 std::string host_name(const std::string& override_name) {
@@ -509,7 +605,9 @@ std::string host_name(const std::string& override_name) {
 
 class MpiWorld : public World {
  public:
-  MpiWorld(MPI_Comm comm, const std::string& hostname) : comm_(comm) {
+  // `start_timeout_s`: how long the world's first exchanges may wait for a rank.
+  MpiWorld(MPI_Comm comm, const std::string& hostname, double start_timeout_s)
+      : comm_(comm), start_timeout_s_(start_timeout_s) {
     mpi_failures::adopt(comm_);
     MPI_Comm_rank(comm_, &topo_.rank);
     MPI_Comm_size(comm_, &topo_.size);
@@ -529,7 +627,8 @@ class MpiWorld : public World {
     // failure message can name the process.
     int me = static_cast<int>(getpid());
     std::vector<int> pids(topo_.size);
-    check(MPI_Allgather(&me, 1, MPI_INT, pids.data(), 1, MPI_INT, comm_), "MPI_Allgather");
+    allgather_arriving(&me, 1, MPI_INT, pids.data(), comm_, "hvd.init() (exchanging pids)",
+                       start_timeout_s_);
     PeerHealth::get().reset(topo_.rank, host_names_, pids, timeout_s);
     mpi_failures::set_world(comm_);
     mpi_failures::arm_revoke();
@@ -559,8 +658,8 @@ class MpiWorld : public World {
     // of one machine onto several "hosts" and exercise the cross-host paths.
     me.resize(255, '\0');
     std::vector<char> all(static_cast<size_t>(topo_.size) * 255);
-    check(MPI_Allgather(me.data(), 255, MPI_CHAR, all.data(), 255, MPI_CHAR, comm_),
-          "MPI_Allgather");
+    allgather_arriving(me.data(), 255, MPI_CHAR, all.data(), comm_,
+                       "hvd.init() (exchanging host names)", start_timeout_s_);
     std::vector<std::string> names(topo_.size);
     for (int i = 0; i < topo_.size; ++i) names[i].assign(&all[i * 255], 255);
     std::vector<std::string> hosts;  // host ids in order of first appearance
@@ -576,6 +675,7 @@ class MpiWorld : public World {
   }
 
   MPI_Comm comm_;
+  double start_timeout_s_;
   std::vector<std::string> host_names_;
   std::unique_ptr<MpiHeartbeat> heartbeat_;
   Topology topo_;
@@ -585,7 +685,7 @@ class MpiWorld : public World {
 }  // namespace
 
 std::unique_ptr<World> make_mpi_world(long long fortran_comm, const std::vector<int>& ranks,
-                                      const std::string& hostname) {
+                                      const std::string& hostname, double start_timeout_s) {
   // After a failure MPI's world is unusable, except to survivors that brought a
   // communicator of the living (elastic training: ULFM's shrink, or a merge of it).
   const std::string lost = PeerHealth::get().first_failure();
@@ -593,21 +693,26 @@ std::unique_ptr<World> make_mpi_world(long long fortran_comm, const std::vector<
     throw std::runtime_error(
         "horovodlite cannot be initialized again in this process: its MPI world lost a "
         "member (" + lost + "); MPI cannot be used after that. Start a new job.");
-  ensure_mpi_initialized();
+  ensure_mpi_initialized(start_timeout_s);
   MPI_Comm base = fortran_comm < 0 ? MPI_COMM_WORLD : MPI_Comm_f2c(static_cast<MPI_Fint>(fortran_comm));
   MPI_Comm comm;
+  char what[200];
+  std::snprintf(what, sizeof what,
+                "hvd.init()%s, waiting for every rank to reach it (one froze, died or started "
+                "late? HOROVODLITE_START_TIMEOUT=%g s)",
+                ranks.empty() ? "" : " with comm=ranks", start_timeout_s);
   if (ranks.empty()) {
-    arrive(base, "hvd.init()", false);  // then the dup cannot wait for a rank that left
-    check(MPI_Comm_dup(base, &comm), "MPI_Comm_dup");
+    arrive(base, what, false, start_timeout_s);  // then the dup cannot wait for a rank that left
+    comm = dup_arriving(base, what, start_timeout_s);
   } else {
     int me = 0;
     MPI_Comm_rank(base, &me);
-    comm = split_members(base, ranks, me, false);
+    comm = split_members(base, ranks, me, false, start_timeout_s, what);
     if (comm == MPI_COMM_NULL)
       throw std::invalid_argument("init(comm=ranks): rank " + std::to_string(me) +
                                   " is not in the given rank list");
   }
-  return std::make_unique<MpiWorld>(comm, hostname);
+  return std::make_unique<MpiWorld>(comm, hostname, start_timeout_s);
 }
 
 bool mpi_built() { return true; }

@@ -42,6 +42,11 @@ class NcclCollectives final : public DeviceCollectives {
   ~NcclCollectives() override {
     if (comm_) api_.comm_destroy(comm_);  // local: frees this rank's resources only
   }
+  void abort() override {
+    if (!comm_) return;
+    api_.comm_abort(comm_);  // ends kernels waiting for the lost peer; frees the comm
+    comm_ = nullptr;
+  }
 
   std::string name() const override {
     return "NCCL " + std::to_string(api_.version / 10000) + "." +

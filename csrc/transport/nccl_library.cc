@@ -42,6 +42,7 @@ const NcclApi* load(std::string& why) {
             bind(lib, "ncclGetUniqueId", api->get_unique_id, why) &&
             bind(lib, "ncclCommInitRank", api->comm_init_rank, why) &&
             bind(lib, "ncclCommDestroy", api->comm_destroy, why) &&
+            bind(lib, "ncclCommAbort", api->comm_abort, why) &&
             bind(lib, "ncclAllReduce", api->all_reduce, why) &&
             bind(lib, "ncclBroadcast", api->broadcast, why) &&
             bind(lib, "ncclReduceScatter", api->reduce_scatter, why) &&

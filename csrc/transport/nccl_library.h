@@ -28,6 +28,9 @@ struct NcclApi {
   NcclResult (*get_unique_id)(NcclUniqueId*);
   NcclResult (*comm_init_rank)(NcclComm*, int nranks, NcclUniqueId id, int rank);
   NcclResult (*comm_destroy)(NcclComm);
+  // Ends the communicator's kernels and calls at once (a peer was lost); no call may
+  // use the communicator afterwards, not even comm_destroy.
+  NcclResult (*comm_abort)(NcclComm);
   NcclResult (*all_reduce)(const void*, void*, size_t, int type, int op, NcclComm, void* stream);
   NcclResult (*broadcast)(const void*, void*, size_t, int type, int root, NcclComm, void* stream);
   NcclResult (*reduce_scatter)(const void*, void*, size_t recvcount, int type, int op, NcclComm,

@@ -38,6 +38,9 @@ void PeerHealth::reset(int my_rank, std::vector<std::string> hosts, std::vector<
   pids_ = std::move(pids);
   pids_.resize(hosts_.size(), 0);
   why_.assign(hosts_.size(), "");
+  order_.assign(hosts_.size(), 0);
+  reason_.assign(hosts_.size(), "");
+  declared_ = 0;
   unknown_why_.clear();
   first_.clear();
   hooks_.clear();
@@ -61,6 +64,8 @@ void PeerHealth::declare(int rank, const std::string& why) {
     if (rank >= 0 && rank < static_cast<int>(why_.size())) {
       if (!why_[rank].empty()) return;
       why_[rank] = msg;
+      order_[rank] = ++declared_;
+      reason_[rank] = why;
     } else {
       if (!unknown_why_.empty()) return;
       unknown_why_ = msg;
@@ -111,6 +116,11 @@ bool PeerHealth::failed(int rank) const {
   return rank >= 0 && rank < static_cast<int>(why_.size()) && !why_[rank].empty();
 }
 
+std::string PeerHealth::reason(int rank) const {
+  std::lock_guard<std::mutex> l(mu_);
+  return rank >= 0 && rank < static_cast<int>(reason_.size()) ? reason_[rank] : "";
+}
+
 std::string PeerHealth::first_failure() const {
   std::lock_guard<std::mutex> l(mu_);
   return first_;
@@ -135,16 +145,23 @@ void PeerHealth::check_slow(const std::vector<int>* ranks) const {
     if (!first_.empty()) throw PeerFailure(first_);
     return;
   }
+  int cause = -1;
   for (int r : *ranks)
-    if (r >= 0 && r < static_cast<int>(why_.size()) && !why_[r].empty()) throw PeerFailure(why_[r]);
+    if (r >= 0 && r < static_cast<int>(why_.size()) && order_[r] &&
+        (cause < 0 || order_[r] < order_[cause]))
+      cause = r;
+  if (cause >= 0) throw PeerFailure(why_[cause]);
 }
 
 void PeerHealth::check_pids_slow(const std::vector<int>& pids) const {
   std::lock_guard<std::mutex> l(mu_);
   if (!unknown_why_.empty()) throw PeerFailure(unknown_why_);
+  int cause = -1;
   for (size_t r = 0; r < pids_.size(); ++r)
-    if (!why_[r].empty() && std::find(pids.begin(), pids.end(), pids_[r]) != pids.end())
-      throw PeerFailure(why_[r]);
+    if (order_[r] && std::find(pids.begin(), pids.end(), pids_[r]) != pids.end() &&
+        (cause < 0 || order_[r] < order_[cause]))
+      cause = static_cast<int>(r);
+  if (cause >= 0) throw PeerFailure(why_[cause]);
 }
 
 PeerHealth::Registration::Registration(const std::string& who) : slot_(-1) {

@@ -57,7 +57,12 @@ class PeerHealth {
   // the dead process).
   bool ever_failed() const { return ever_.load(std::memory_order_acquire); }
   bool failed(int rank) const;
-  // Throws PeerFailure if one of `world_ranks` (nullptr: any rank) has failed.
+  // Why `rank` was declared failed, as its declarer put it ("" while healthy): what
+  // the heartbeat tells the other ranks, so every survivor names the same cause.
+  std::string reason(int rank) const;
+  // Throws PeerFailure if one of `world_ranks` (nullptr: any rank) has failed; where
+  // several have, the one declared first is the cause (a survivor that gave up on a
+  // frozen peer and exited is a consequence, whatever the ranks' order).
   void check(const std::vector<int>* world_ranks) const {
     if (any_failed()) check_slow(world_ranks);
   }
@@ -100,6 +105,9 @@ class PeerHealth {
   std::vector<std::string> hosts_;
   std::vector<int> pids_;
   std::vector<std::string> why_;  // per rank, "" while healthy
+  std::vector<std::string> reason_;  // per rank, the `why` it was declared with
+  std::vector<uint64_t> order_;   // per rank, when it was declared (1, 2, ...; 0 healthy)
+  uint64_t declared_ = 0;         // declarations so far in this world
   std::string unknown_why_;       // a failure of a rank we could not tell
   std::string first_;
   std::string report_dir_;
