@@ -103,6 +103,11 @@ if mode in ("kill", "stop", "raise"):
     t = time.time()
     hvd.shutdown()
     result["shutdown_s"] = time.time() - t
+    try:  # MPI's world lost a member: a new one cannot be made in this process
+        hvd.init()
+        result["init_again"] = "ok"
+    except Exception as e:  # noqa: BLE001 - its message is checked
+        result["init_again"] = str(e)
     save()
 '''
 
@@ -222,6 +227,8 @@ def _check_survivors(mode, results, victim, out, np_=3):
     # The first survivor to exit without finalizing a broken world makes mpirun end
     # the job, which may end the other one in its shutdown: one of them must get there.
     assert any("shutdown_s" in results.get(r, {}) for r in survivors), (mode, out[-4000:])
+    # ... and before it exits it has tried init() again, which make_mpi_world refuses.
+    assert any("init_again" in results.get(r, {}) for r in survivors), (mode, out[-4000:])
     for r in survivors:
         assert r in results, (mode, r, out[-4000:])
         res = results[r]
@@ -233,6 +240,8 @@ def _check_survivors(mode, results, victim, out, np_=3):
             ("ulfm" in mode and "MPI did not say which" in msg), (mode, r, msg)
         assert res["after"] != "ok", (mode, r, res)  # later collectives fail at once
         assert res.get("shutdown_s", 0) < 5, (mode, r, res)  # shutdown returns promptly
+        if "init_again" in res:
+            assert "cannot be initialized again in this process" in res["init_again"], (mode, r, res)
 
 
 @pytest.mark.parametrize("mode,mpi_args", [

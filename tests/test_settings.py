@@ -94,6 +94,12 @@ def file_has(path, what):
 
 rank0 = lambda: os.environ["OMPI_COMM_WORLD_RANK"] == "0"
 
+# One rank per pretend host, the hierarchical path: its ring across hosts is the one
+# that may run over direct TCP.
+TWO_PRETEND_HOSTS = {"HOROVODLITE_HOSTNAME_OVERRIDE": f"pretend-host-{os.environ['OMPI_COMM_WORLD_RANK']}",
+                     "HOROVODLITE_HIERARCHICAL_ALLREDUCE": "1",
+                     "HOROVODLITE_LOG_LEVEL": "debug"}
+
 def one_allreduce():
     hvd.allreduce(np.ones(3), name="tl")
     return None  # what it left behind is checked after shutdown
@@ -144,13 +150,17 @@ CASES = {
     "DYNAMIC_PROCESS_SETS": ("1", lambda log: dynamic_sets_work()),
     "PEER_TIMEOUT_SECONDS": ("17", lambda log: float(rep("peer_timeout_s")) == 17),
     "FAILURE_REPORT_DIR": (TMP + "/", lambda log: rep("failure_report_dir") == TMP + "/"),
-    "TCP_TRANSPORT": ("0", lambda log: "across hosts over MPI" in log,
-                      None, {"HOROVODLITE_HOSTNAME_OVERRIDE": f"pretend-host-{os.environ['OMPI_COMM_WORLD_RANK']}",
-                             "HOROVODLITE_HIERARCHICAL_ALLREDUCE": "1",
-                             "HOROVODLITE_LOG_LEVEL": "debug"}),
-    "TCP_IF_INCLUDE": ("10.213.0.0/24", lambda log: rep("tcp_if_include") == "10.213.0.0/24"),
-    "TCP_TIMEOUT_SECONDS": ("42", lambda log: float(rep("tcp_timeout_s")) == 42),
-    "TCP_SPIN_US": ("7", lambda log: int(rep("tcp_spin_us")) == 7),
+    "TCP_TRANSPORT": ("0", lambda log: "across hosts over MPI" in log and rep("tcp_timeout_s") is None,
+                      None, TWO_PRETEND_HOSTS),
+    # The TCP transport's own values, as it took them (absent without one): it chose its
+    # address by the list, where pretend hosts alone would take loopback without one.
+    "TCP_IF_INCLUDE": ("lo", lambda log: "across hosts over TCP" in log and
+                       rep("tcp_if_include") == "lo" and rep("tcp_addresses") == "127.0.0.1",
+                       None, TWO_PRETEND_HOSTS),
+    "TCP_TIMEOUT_SECONDS": ("42", lambda log: "across hosts over TCP" in log and
+                            float(rep("tcp_timeout_s") or "nan") == 42, None, TWO_PRETEND_HOSTS),
+    "TCP_SPIN_US": ("7", lambda log: "across hosts over TCP" in log and
+                    rep("tcp_spin_us") == "7", None, TWO_PRETEND_HOSTS),
     "TCP_MIN_BYTES": ("4096", lambda log: int(rep("tcp_min_bytes")) == 4096),
 }
 

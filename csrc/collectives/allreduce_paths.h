@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "../transport/tcp_transport.h"
 #include "allreduce_path.h"
 #include "shm_allreduce.h"
 
@@ -54,6 +55,10 @@ class AllreducePaths {
   };
   void set_shm_info(ShmInfo i) { shm_info_ = std::make_unique<ShmInfo>(std::move(i)); }
   const ShmInfo* shm_info() const { return shm_info_.get(); }
+  // ... and what the direct TCP transport across hosts took, when one runs (its own
+  // values, tcp_transport.h), or null.
+  void set_cross_tcp(const TcpInfo& i) { cross_tcp_ = std::make_unique<TcpInfo>(i); }
+  const TcpInfo* cross_tcp() const { return cross_tcp_.get(); }
 
  private:
   std::string name_;
@@ -61,6 +66,7 @@ class AllreducePaths {
   std::vector<std::unique_ptr<AllreducePath>> first_, contenders_;
   std::unique_ptr<PathChooser> chooser_;
   std::unique_ptr<ShmInfo> shm_info_;
+  std::unique_ptr<TcpInfo> cross_tcp_;
 };
 
 // The timed choice between the contenders [shm, shm streaming, ring] of one host's

@@ -15,11 +15,10 @@ class DeviceRingPath final : public AllreducePath {
   bool can_run(const AllreducePlan& plan) const override { return plan.in_place(); }
   bool in_place_only() const override { return true; }
   void run(AllreducePlan& plan) override {
-    for (const Span& s : plan.spans) {
-      plan.red->scale(s.out, s.count, plan.dt, plan.prescale);
-      ring_allreduce(t_, *plan.red, s.out, s.count, plan.dt, plan.op, plan.postscale, scratch_,
+    for (const Span& s : plan.spans)  // in place: the prescale is applied in the output
+      ring_allreduce(t_, *plan.red, scratch_,
+                     {s.out, s.out, s.count, plan.dt, plan.op, plan.prescale, plan.postscale},
                      plan.ring);
-    }
   }
 
  private:

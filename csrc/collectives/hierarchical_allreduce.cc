@@ -36,7 +36,7 @@ void hierarchical_allreduce(const HierarchicalOptions& h, const Reducer& red,
     const size_t n = block_count(a.count, nl, lr);
     Transport& x = across(n);
     if (!pair_allreduce_host(x, red, *h.scratch, block, block, n, a.dt, a.op, a.postscale))
-      ring_allreduce(x, red, block, n, a.dt, a.op, a.postscale, *h.scratch, h.ring);
+      ring_allreduce(x, red, *h.scratch, {block, block, n, a.dt, a.op, 1.0, a.postscale}, h.ring);
     local->allgather(a.out, a.count, a.dt, h.stream);
   } catch (const std::exception& e) {
     hierarchical_give_up(local, *h.cross, e);

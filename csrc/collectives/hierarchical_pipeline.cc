@@ -42,8 +42,8 @@ void HierarchicalPipeline::helper() {
         const size_t es = dtype_size(dt_);
         const size_t cnt = chunk_cnt_[i];
         char* block = out_ + (chunk_off_[i] + block_offset(cnt, nl, lr)) * es;
-        ring_allreduce(cross_, *red_, block, block_count(cnt, nl, lr), dt_, op_, postscale_,
-                       scratch_, ring_);
+        const size_t bc = block_count(cnt, nl, lr);
+        ring_allreduce(cross_, *red_, scratch_, {block, block, bc, dt_, op_, 1.0, postscale_}, ring_);
       }
     } catch (...) {
       lk.lock();

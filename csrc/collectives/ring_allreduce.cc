@@ -5,28 +5,37 @@
 #include "ring_allreduce.h"
 
 #include <cstring>
+#include <stdexcept>
 
 #include "ring.h"
 
 namespace hvdl {
 
-void ring_allreduce(Transport& t, const Reducer& red, void* buf, size_t count, DataType dt,
-                    ReduceOp op, double postscale, Buffer& scratch, const RingOptions& opts) {
+void ring_allreduce(Transport& t, const Reducer& red, Buffer& scratch, const AllreduceArgs& a,
+                    const RingOptions& opts) {
   const int n = t.size(), r = t.rank();
-  const size_t es = dtype_size(dt);
-  if (n == 1 || count == 0) {
-    if (opts.input && opts.input != buf && count) std::memcpy(buf, opts.input, count * es);
-    red.scale(buf, count, dt, postscale);
+  const size_t es = dtype_size(a.dt);
+  void* buf = a.out;
+  const void* in = a.in ? a.in : a.out;
+  if (a.prescale != 1.0) {
+    if (in != buf)
+      throw std::invalid_argument("ring_allreduce: a prescale out of place needs the input copied "
+                                  "into the output first (ring_allreduce_host)");
+    red.scale(buf, a.count, a.dt, a.prescale);
+  }
+  if (n == 1 || a.count == 0) {
+    if (in != buf && a.count) std::memcpy(buf, in, a.count * es);
+    red.scale(buf, a.count, a.dt, a.postscale);
     return;
   }
   // shift 1: rank r finishes block r+1, the classic ring order.
-  RingBlocks blocks = RingBlocks::even(count, n);
+  RingBlocks blocks = RingBlocks::even(a.count, n);
   {
     PhaseScope p(opts.phases, "RING_REDUCE_SCATTER");
-    ring_reduce_scatter(t, red, opts.input ? opts.input : buf, buf, blocks, dt, op, 1, scratch,
-                        opts.segment_bytes);
+    ring_reduce_scatter(t, red, in, buf, blocks, a.dt, a.op, 1, scratch, opts.segment_bytes);
     const int own = (r + 1) % n;
-    red.scale(static_cast<char*>(buf) + blocks.offset[own] * es, blocks.count[own], dt, postscale);
+    red.scale(static_cast<char*>(buf) + blocks.offset[own] * es, blocks.count[own], a.dt,
+              a.postscale);
   }
   PhaseScope p(opts.phases, "RING_ALLGATHER");
   for (int i = 0; i < n; ++i) blocks.offset[i] *= es, blocks.count[i] *= es;
@@ -57,15 +66,12 @@ bool pair_allreduce_host(Transport& t, const Reducer& red, Buffer& scratch, cons
 }
 
 void ring_allreduce_host(Transport& t, const Reducer& red, Buffer& scratch, const AllreduceArgs& a,
-                         RingOptions opts) {
-  opts.input = nullptr;
-  if (a.prescale == 1.0) {
-    if (a.in != a.out) opts.input = a.in;
-  } else {
-    if (a.in != a.out && a.count) std::memcpy(a.out, a.in, a.count * dtype_size(a.dt));
-    red.scale(a.out, a.count, a.dt, a.prescale);
-  }
-  ring_allreduce(t, red, a.out, a.count, a.dt, a.op, a.postscale, scratch, opts);
+                         const RingOptions& opts) {
+  if (a.prescale == 1.0 || a.in == a.out) return ring_allreduce(t, red, scratch, a, opts);
+  if (a.count) std::memcpy(a.out, a.in, a.count * dtype_size(a.dt));
+  AllreduceArgs in_place = a;
+  in_place.in = a.out;
+  ring_allreduce(t, red, scratch, in_place, opts);
 }
 
 }  // namespace hvdl

@@ -10,30 +10,19 @@
 
 namespace hvdl {
 
+// The ring's settings for one process set, equal on every rank.
 struct RingOptions {
   // Pipelining granularity; 0 = kDefaultRingSegmentBytes. Must be equal on every rank.
   size_t segment_bytes = 0;
   // Told about RING_REDUCE_SCATTER and RING_ALLGATHER; may be null.
   PhaseObserver* phases = nullptr;
-  // Out of place: read the contribution from here (count elements) and leave `buf`
-  // as output only, so the input is never copied into it first. Null: in place.
-  const void* input = nullptr;
 };
-
-// In-place allreduce of `count` elements of `buf` over every rank of `t`.
-// `postscale` multiplies the result (average = sum with postscale 1/N).
-// `scratch` is the caller's persistent receive buffer.
-// Device memory works unchanged when `t` and `red` order their work on one stream
-// (engine/cuda_device.cc: a staging transport and a kernel reducer on the engine's).
-void ring_allreduce(Transport& t, const Reducer& red, void* buf, size_t count, DataType dt,
-                    ReduceOp op, double postscale, Buffer& scratch,
-                    const RingOptions& opts = RingOptions());
 
 // One allreduce of one buffer, as the algorithms over it take it (like Gloo's
 // AllreduceOptions): out = (reduction over ranks of in * prescale) * postscale.
 struct AllreduceArgs {
-  const void* in = nullptr;
-  void* out = nullptr;  // may equal in
+  const void* in = nullptr;  // null: in place, as when it equals out
+  void* out = nullptr;
   size_t count = 0;
   DataType dt = DataType::FLOAT32;
   ReduceOp op = ReduceOp::SUM;
@@ -53,11 +42,20 @@ constexpr size_t kPairExchangeMaxBytes = size_t(1) << 20;
 bool pair_allreduce_host(Transport& t, const Reducer& red, Buffer& scratch, const void* in,
                          void* out, size_t count, DataType dt, ReduceOp op, double postscale);
 
+// `a` over every rank of `t`, `scratch` the caller's persistent receive buffer. In
+// place (in == out) or out of place without a prescale: the input is then only read,
+// where it lies, and `out` is written, never copied into first. Out of place with a
+// prescale it throws std::invalid_argument (scaling needs the input in `out` first:
+// ring_allreduce_host does that copy on host memory).
+// It touches the memory only through `red` and `t`, so device memory works unchanged
+// when both order their work on one stream (engine/cuda_device.cc: a staging
+// transport and a kernel reducer on the engine's).
+void ring_allreduce(Transport& t, const Reducer& red, Buffer& scratch, const AllreduceArgs& a,
+                    const RingOptions& opts = RingOptions());
+
 // `a` in host memory over every rank of `t`; in may equal out. Without a prescale the
-// input is read where it lies (RingOptions::input); with one, it is copied into `out`
-// and scaled there first. opts.input is ignored. In place (in == out) it touches the
-// memory only through `red` and `t`, so device memory works too (see ring_allreduce).
+// input is read where it lies; with one, it is copied into `out` and scaled there first.
 void ring_allreduce_host(Transport& t, const Reducer& red, Buffer& scratch, const AllreduceArgs& a,
-                         RingOptions opts = RingOptions());
+                         const RingOptions& opts = RingOptions());
 
 }  // namespace hvdl

@@ -148,11 +148,13 @@ std::unique_ptr<AllreducePaths> make_host_allreduce_paths(Transport& set,
   HVDL_LOG(DEBUG) << "allreduce: hierarchical, " << topo.hosts << " hosts x " << topo.local_size
                   << " ranks, across hosts over " << (cross_is_tcp ? "TCP" : "MPI");
   AllreducePaths::ShmInfo info{opts, local ? local->mechanism() : "", local && local->has_step_hook()};
+  const TcpInfo* tcp = tcp_info(*cross_t);  // read before the path takes cross_t
   auto paths = std::make_unique<AllreducePaths>("hierarchical", "HIERARCHICAL_ALLREDUCE");
   const size_t small = static_cast<size_t>(std::max<long long>(0, settings.integer(Setting::TCP_MIN_BYTES)));
   paths->contender(make_hierarchical_path(std::move(local), std::move(cross_t), opts, cross_is_tcp,
                                           cross_is_tcp ? cross_mpi : nullptr, small));
   paths->set_shm_info(std::move(info));
+  if (tcp) paths->set_cross_tcp(*tcp);
   return paths;
 }
 

@@ -91,11 +91,17 @@ std::map<std::string, std::string> Worker::report() const {
       {"wakeup", doorbell_ ? "futex" : "poll"},
       {"peer_timeout_s", s(p.peer_timeout_s)},
       {"failure_report_dir", p.failure_report_dir},
-      {"tcp_if_include", p.settings.str(Setting::TCP_IF_INCLUDE)},
-      {"tcp_timeout_s", s(p.settings.real(Setting::TCP_TIMEOUT_SECONDS))},
-      {"tcp_spin_us", s(p.settings.integer(Setting::TCP_SPIN_US))},
       {"tcp_min_bytes", s(p.settings.integer(Setting::TCP_MIN_BYTES))},
   };
+  // The direct TCP transport's own values, when one runs (hierarchical, across hosts).
+  if (const TcpInfo* tcp = allreduce_->cross_tcp()) {
+    std::string addrs;
+    for (const std::string& a : tcp->addresses) addrs += (addrs.empty() ? "" : ",") + a;
+    r["tcp_if_include"] = tcp->if_include;
+    r["tcp_addresses"] = addrs;
+    r["tcp_timeout_s"] = s(tcp->timeout_s);
+    r["tcp_spin_us"] = s(tcp->spin_us);
+  }
   if (const AllreducePaths::ShmInfo* shm = allreduce_->shm_info()) {
     const ShmOptions* o = &shm->options;
     r["shm_chunk_bytes"] = s(o->chunk_bytes);

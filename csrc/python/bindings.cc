@@ -218,13 +218,6 @@ PYBIND11_MODULE(_core, m) {
     set_jax_ffi_async(s.flag(Setting::JAX_FFI_ASYNC));
     py::gil_scoped_release nogil;
     if (Engine::get().initialized()) return;  // making a world is collective: only once
-    // After a failure MPI's world is unusable, except to survivors that brought a
-    // communicator of the living (elastic training: ULFM's shrink, or a merge of it).
-    std::string lost = PeerHealth::get().first_failure();
-    if (!lost.empty() && comm < 0)
-      throw std::runtime_error(
-          "horovodlite cannot be initialized again in this process: its MPI world lost a "
-          "member (" + lost + "); MPI cannot be used after that. Start a new job.");
     Engine::get().init(make_mpi_world(comm, ranks, s.str(Setting::HOSTNAME_OVERRIDE),
                                       s.real(Setting::START_TIMEOUT)),
                        s);

@@ -686,6 +686,13 @@ class MpiWorld : public World {
 
 std::unique_ptr<World> make_mpi_world(long long fortran_comm, const std::vector<int>& ranks,
                                       const std::string& hostname, double start_timeout_s) {
+  // After a failure MPI's world is unusable, except to survivors that brought a
+  // communicator of the living (elastic training: ULFM's shrink, or a merge of it).
+  const std::string lost = PeerHealth::get().first_failure();
+  if (!lost.empty() && fortran_comm < 0)
+    throw std::runtime_error(
+        "horovodlite cannot be initialized again in this process: its MPI world lost a "
+        "member (" + lost + "); MPI cannot be used after that. Start a new job.");
   ensure_mpi_initialized(start_timeout_s);
   MPI_Comm base = fortran_comm < 0 ? MPI_COMM_WORLD : MPI_Comm_f2c(static_cast<MPI_Fint>(fortran_comm));
   MPI_Comm comm;

@@ -8,6 +8,10 @@
 namespace hvdl {
 namespace {
 
+// Process-wide, not the engine's: so is what it holds. dlopen maps a library once per
+// process, and a usable one is never closed (NCCL's own threads may still run when an
+// engine shuts down), so a loader per engine could only give the same answer; and
+// hvd.nccl_built() asks it with no engine (before hvd.init(), after shutdown()).
 std::mutex g_mu;
 std::string g_path;       // set_nccl_library_path
 bool g_loaded = false;    // attempted

@@ -17,6 +17,14 @@ int64_t now_ns() {
 thread_local std::atomic<int64_t>* tl_beat = nullptr;
 }  // namespace
 
+// Process-wide, not the engine's: (1) it follows MPI, which is one world per process
+// whatever the engine does (a lost member stays lost for MPI_Finalize and for any
+// later hvd.init(): ever_failed() outlives reset() and the engine); (2) those who
+// declare a failure hold no engine: MPI's error returns and ULFM revokes
+// (mpi_failures.cc), the heartbeat monitor and pidfd watchers, a shared-memory or TCP
+// wait deep inside a collective, and the failure hooks it runs (revoke_all) are plain
+// functions; (3) every transport of the process (each process set's, split ones,
+// direct TCP) must see a failure the moment any of them declares it.
 PeerHealth& PeerHealth::get() {
   static PeerHealth* h = new PeerHealth();  // never destroyed: threads may outlive statics
   return *h;

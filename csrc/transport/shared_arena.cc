@@ -34,6 +34,11 @@ bool SharedArena::reserve_bytes(size_t bytes) {
 
 bool SharedArena::exists() { return g_made.load(); }
 
+// Process-wide, not the engine's: the arena is the process's memory, not a world's.
+// hvd.shared_empty() allocates from it before hvd.init() and after shutdown(), the
+// arrays it hands out outlive any engine (and are given back to it when Python frees
+// them), and its peers map it by this process's pid and fd, which must not change
+// when the engine is re-initialised.
 SharedArena* SharedArena::get_if_any() {
   // Never destroyed: arrays may outlive main.
   static SharedArena* a = []() -> SharedArena* {

@@ -176,10 +176,10 @@ int connect_to(const std::string& addr, int port, uint64_t token, int me, int th
 
 class TcpTransport : public Transport {
  public:
-  TcpTransport(std::unique_ptr<Transport> base, std::vector<int> fds, double timeout_s, int spin_us)
-      : base_(std::move(base)), peers_(fds.size()), timeout_s_(timeout_s),
+  TcpTransport(std::unique_ptr<Transport> base, std::vector<int> fds, TcpInfo info)
+      : base_(std::move(base)), peers_(fds.size()), info_(std::move(info)), timeout_s_(info_.timeout_s),
         // never so long that the liveness checks between polls would wait for it
-        spin_(std::chrono::microseconds(std::min(spin_us, WaitWatch::kPollMs * 1000))) {
+        spin_(std::chrono::microseconds(std::min(info_.spin_us, WaitWatch::kPollMs * 1000))) {
     for (size_t i = 0; i < fds.size(); ++i) peers_[i].fd = fds[i];
     if (const std::vector<int>* w = base_->world_ranks()) members_ = *w;
     if (const std::vector<int>* w = base_->watched_ranks()) watched_ = *w;
@@ -199,6 +199,7 @@ class TcpTransport : public Transport {
 
   int rank() const override { return base_->rank(); }
   int size() const override { return base_->size(); }
+  const TcpInfo& info() const { return info_; }
 
   Op isend(int peer, const void* buf, size_t bytes) override {
     Op id = add(peer, true, const_cast<void*>(buf), bytes);
@@ -447,7 +448,8 @@ class TcpTransport : public Transport {
   size_t pending_ = 0;
   std::vector<pollfd> fds_;
   std::vector<int> who_;
-  double timeout_s_;
+  const TcpInfo info_;
+  const double timeout_s_;
   std::chrono::steady_clock::duration spin_;
   std::chrono::steady_clock::time_point moved_at_;
   std::vector<int> members_;  // world ranks, by rank in this group (empty: unknown)
@@ -469,7 +471,7 @@ std::unique_ptr<Transport> make_tcp_transport(std::unique_ptr<Transport>& base, 
   const int n = t.size(), me = t.rank();
   std::string why;
   std::vector<std::string> mine;
-  if (o.one_machine) {
+  if (o.one_machine && o.if_include.empty()) {
     mine = {"127.0.0.1"};
   } else {
     mine = local_addresses(parse_include(o.if_include));
@@ -477,6 +479,7 @@ std::unique_ptr<Transport> make_tcp_transport(std::unique_ptr<Transport>& base, 
   }
   // Listen on exactly the addresses offered (never on any other of this host).
   std::vector<int> listeners;
+  std::vector<std::string> listening;  // their addresses
   int port = 0;
   for (const std::string& a : mine) {
     int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -496,6 +499,7 @@ std::unique_ptr<Transport> make_tcp_transport(std::unique_ptr<Transport>& base, 
     }
     set_nonblocking(fd);
     listeners.push_back(fd);
+    listening.push_back(a);
   }
   if (listeners.empty() && why.empty()) why = "could not listen on " + (mine.empty() ? "" : mine[0]);
   std::string card;
@@ -618,7 +622,13 @@ std::unique_ptr<Transport> make_tcp_transport(std::unique_ptr<Transport>& base, 
       setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &want, sizeof want);
     }
   }
-  return std::make_unique<TcpTransport>(std::move(base), std::move(fds), o.timeout_s, o.spin_us);
+  return std::make_unique<TcpTransport>(std::move(base), std::move(fds),
+                                        TcpInfo{o.if_include, listening, o.timeout_s, o.spin_us});
+}
+
+const TcpInfo* tcp_info(const Transport& t) {
+  const auto* tcp = dynamic_cast<const TcpTransport*>(&t);
+  return tcp ? &tcp->info() : nullptr;
 }
 
 }  // namespace hvdl

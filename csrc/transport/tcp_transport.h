@@ -17,15 +17,18 @@
 #pragma once
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "transport.h"
 
 namespace hvdl {
 
 struct TcpOptions {
-  // Pretend hosts (tests) all live on this machine: loopback then, no other address.
+  // Pretend hosts (tests) all live on this machine: loopback then, unless `if_include`
+  // names the addresses.
   bool one_machine = false;
-  // CIDR networks or interface names, comma separated ("" = every non-loopback IPv4).
+  // CIDR networks or interface names, comma separated ("" = every non-loopback IPv4;
+  // an explicit list may name loopback, "lo" or "127.0.0.0/8").
   std::string if_include;
   // A transfer that moves no byte for this long fails (the peer is gone).
   double timeout_s = 600;
@@ -38,11 +41,21 @@ struct TcpOptions {
   int spin_us = 0;
 };
 
+// What a TCP transport runs with, as it took them (the engine reports these).
+struct TcpInfo {
+  std::string if_include;              // the list it chose addresses by ("" = none)
+  std::vector<std::string> addresses;  // where this rank listens, in the order offered
+  double timeout_s = 0;                // a transfer that moves nothing this long fails
+  int spin_us = 0;                     // how long a wait spins before it sleeps in poll()
+};
+// `t`'s own, when make_tcp_transport made it; null for any other transport.
+const TcpInfo* tcp_info(const Transport& t);
+
 // Collective over `base`. Returns a transport of the same ranks whose isend/irecv use
 // TCP and whose other calls go to `base`; or nullptr on every rank alike (with `base`
 // untouched; the caller keeps it) when no connection could be made between some pair.
 // Addresses: those `o.if_include` names, else every non-loopback IPv4 address of this
-// host; loopback when all ranks run on one machine (pretend hosts in tests).
+// host, or loopback when all ranks run on one machine (pretend hosts in tests).
 std::unique_ptr<Transport> make_tcp_transport(std::unique_ptr<Transport>& base, const TcpOptions& o);
 
 }  // namespace hvdl

@@ -66,6 +66,9 @@ class World {
 // are on several hosts with it. `start_timeout_s` (> 0): making the world fails, instead
 // of waiting on, when a rank has not reached it (or stops answering while it is made)
 // within this long; no heartbeat can watch a world that does not exist yet.
+// Throws std::runtime_error, before any MPI call, once a world of this process lost a
+// member (MPI's rules: MPI_COMM_WORLD is unusable then), unless `fortran_comm` is a
+// communicator of the survivors.
 std::unique_ptr<World> make_mpi_world(long long fortran_comm, const std::vector<int>& ranks,
                                       const std::string& hostname = "",
                                       double start_timeout_s = 0);

@@ -82,8 +82,8 @@ void test_allreduce(int n, size_t count) {
     HostBuffer scratch;
     RingOptions opts;
     opts.segment_bytes = kSegmentBytes;
-    ring_allreduce(t, cpu_reducer(), buf.data(), count, DataType::FLOAT32, ReduceOp::SUM, 1.0, scratch,
-                   opts);
+    ring_allreduce(t, cpu_reducer(), scratch,
+                   {buf.data(), buf.data(), count, DataType::FLOAT32, ReduceOp::SUM, 1.0, 1.0}, opts);
     results[t.rank()] = buf;
   });
   for (size_t i = 0; i < count; ++i) {

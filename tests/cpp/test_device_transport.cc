@@ -132,7 +132,7 @@ std::vector<std::vector<std::vector<char>>> run_ring(int n, size_t count, DataTy
         }
         RingOptions ring;
         ring.segment_bytes = kRingSegmentBytes;
-        ring_allreduce(t, red, buf.data(), c, dt, op, 0.5, scratch, ring);
+        ring_allreduce(t, red, scratch, {buf.data(), buf.data(), c, dt, op, 1.0, 0.5}, ring);
         gpu::stream_synchronize(&stream);  // what the engine's Device::end does
         out[r].push_back(std::move(buf));
       }

@@ -110,13 +110,15 @@ void run_ring(int n, size_t count, double postscale) {
         HostBuffer scratch;
         RingOptions seg;
         seg.segment_bytes = g_segment_bytes;
-        ring_allreduce(t, red, ints[r].data(), count, DataType::INT64, ReduceOp::SUM, postscale,
-                       scratch, seg);
+        ring_allreduce(t, red, scratch,
+                       {ints[r].data(), ints[r].data(), count, DataType::INT64, ReduceOp::SUM, 1.0,
+                        postscale},
+                       seg);
         // out of place: the input is only read, the output starts as garbage
-        RingOptions oop = seg;
-        oop.input = floats[r].data();
-        ring_allreduce(t, red, float_out[r].data(), count, DataType::FLOAT32, ReduceOp::SUM, 1.0,
-                       scratch, oop);
+        ring_allreduce(t, red, scratch,
+                       {floats[r].data(), float_out[r].data(), count, DataType::FLOAT32,
+                        ReduceOp::SUM, 1.0, 1.0},
+                       seg);
         t.wait_all();
   });
   // on_ranks checked that no rank threw (a receive of the wrong size throws) and that
