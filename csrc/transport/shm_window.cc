@@ -200,6 +200,14 @@ std::unique_ptr<ShmWindow> ShmWindow::create(Transport& g, size_t bytes_per_rank
 ShmWindow::~ShmWindow() {
   if (base_) {
     Header* me = header(rank_);
+    // Closing because a rank was lost: leave that news for host-mates still waiting
+    // here, so they name the lost rank, not this orderly departure, as the cause.
+    const std::string lost = PeerHealth::get().first_failure();
+    if (__atomic_load_n(&me->state, __ATOMIC_ACQUIRE) != kAborted && !lost.empty()) {
+      std::snprintf(me->why, sizeof(me->why), "%s", lost.c_str());
+      me->peer_failure = 1;
+      __atomic_store_n(&me->state, static_cast<uint32_t>(kAborted), __ATOMIC_RELEASE);
+    }
     if (__atomic_load_n(&me->state, __ATOMIC_ACQUIRE) != kAborted)
       __atomic_store_n(&me->state, static_cast<uint32_t>(kClosed), __ATOMIC_RELEASE);
     munmap(base_, total_bytes_);
