@@ -21,6 +21,7 @@
 #include "coordinator.h"
 #include "parameters.h"
 #include "response_cache.h"
+#include "shm_vote.h"
 
 namespace hvdl {
 
@@ -45,6 +46,11 @@ class Controller {
                     const Tunables* publish = nullptr, bool arriving = false,
                     Clock::duration defer_limit = Clock::duration::zero());
   size_t cache_capacity() const { return cache_.capacity(); }
+  // The words the vote of every round carries (what a ShmVote must hold).
+  size_t vote_words() const { return 1 + 3 * words_; }
+  // Where the vote goes instead of the transport's allreduce_and (same result on
+  // every rank; set before the first round, on every rank alike).
+  void set_vote(ShmVote* v) { vote_ = v; }
   // After a response ran: cache it (identically on every rank).
   void executed(const Response& r, const Request* local);
   // When this rank needs a round for its own timers (stall checks, cached requests
@@ -74,6 +80,7 @@ class Controller {
   Clock::time_point defer_until_ = Clock::time_point::max();
   double cached_report_s_;
   size_t words_;
+  ShmVote* vote_ = nullptr;
 };
 
 }  // namespace hvdl

@@ -18,6 +18,7 @@ struct alignas(64) Doorbell::Slot {
   uint32_t seq;
   uint32_t sleeping;
   uint64_t rung;
+  int64_t rung_at_ns;  // steady_clock of the last ring (a measurement only)
 };
 
 std::unique_ptr<Doorbell> Doorbell::create(Transport& group) {
@@ -43,6 +44,8 @@ void Doorbell::ring(uint64_t round) {
     if (p == rank_) continue;
     uint64_t* rung = &slot(p).rung;
     uint64_t cur = __atomic_load_n(rung, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&slot(p).rung_at_ns,
+                     std::chrono::steady_clock::now().time_since_epoch().count(), __ATOMIC_RELAXED);
     while (cur < round &&
            !__atomic_compare_exchange_n(rung, &cur, round, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
     }
@@ -51,6 +54,11 @@ void Doorbell::ring(uint64_t round) {
 }
 
 uint64_t Doorbell::rung() const { return __atomic_load_n(&slot(rank_).rung, __ATOMIC_SEQ_CST); }
+
+std::chrono::steady_clock::time_point Doorbell::rung_at() const {
+  return std::chrono::steady_clock::time_point(std::chrono::steady_clock::duration(
+      __atomic_load_n(&slot(rank_).rung_at_ns, __ATOMIC_RELAXED)));
+}
 
 uint32_t Doorbell::ticket() const { return __atomic_load_n(&slot(rank_).seq, __ATOMIC_SEQ_CST); }
 

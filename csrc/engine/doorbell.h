@@ -27,6 +27,9 @@ class Doorbell {
   void ring(uint64_t round);
   // The highest round a peer has rung so far (0: none). Never decreases.
   uint64_t rung() const;
+  // When a peer last rang (same clock on every rank of a host): what a woken rank
+  // measures its wake-up latency from.
+  std::chrono::steady_clock::time_point rung_at() const;
   // Wakes this rank's own sleeping thread (a caller queued work or is waiting).
   void wake_self() { wake(rank_); }
 
