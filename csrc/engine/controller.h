@@ -12,6 +12,7 @@
 // `defer_limit`): running the part ready everywhere now would cut the step's batch
 // in two, and the rest would wait for the whole first part to finish.
 #pragma once
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -21,7 +22,6 @@
 #include "coordinator.h"
 #include "parameters.h"
 #include "response_cache.h"
-#include "shm_vote.h"
 
 namespace hvdl {
 
@@ -48,9 +48,10 @@ class Controller {
   size_t cache_capacity() const { return cache_.capacity(); }
   // The words the vote of every round carries (what a ShmVote must hold).
   size_t vote_words() const { return 1 + 3 * words_; }
-  // Where the vote goes instead of the transport's allreduce_and (same result on
-  // every rank; set before the first round, on every rank alike).
-  void set_vote(ShmVote* v) { vote_ = v; }
+  // Where the vote goes instead of the transport's allreduce_and (the same AND on
+  // every rank: engine/shm_vote.h); set before the first round, on every rank alike.
+  using Vote = std::function<void(uint64_t* words, size_t n)>;
+  void set_vote(Vote v) { vote_ = std::move(v); }
   // After a response ran: cache it (identically on every rank).
   void executed(const Response& r, const Request* local);
   // When this rank needs a round for its own timers (stall checks, cached requests
@@ -80,7 +81,7 @@ class Controller {
   Clock::time_point defer_until_ = Clock::time_point::max();
   double cached_report_s_;
   size_t words_;
-  ShmVote* vote_ = nullptr;
+  Vote vote_;  // empty: the transport's
 };
 
 }  // namespace hvdl

@@ -32,8 +32,16 @@ Doorbell::Doorbell(std::unique_ptr<ShmWindow> w)
 
 Doorbell::Slot& Doorbell::slot(int r) const { return *reinterpret_cast<Slot*>(window_->data(r)); }
 
-void Doorbell::wake(int r) {
+// `sleeping`: 0 awake, kAnything asleep until any news, kOwnWork asleep until its own
+// callers' news (a ring then bumps nothing: the sleeper's futex_wait must not return
+// for it, and its rung() says what it missed once it looks).
+namespace {
+constexpr uint32_t kAnything = 1, kOwnWork = 2;
+}
+
+void Doorbell::wake(int r, bool ring) {
   Slot& s = slot(r);
+  if (ring && __atomic_load_n(&s.sleeping, __ATOMIC_SEQ_CST) == kOwnWork) return;
   __atomic_add_fetch(&s.seq, 1, __ATOMIC_SEQ_CST);
   if (__atomic_load_n(&s.sleeping, __ATOMIC_SEQ_CST))
     syscall(SYS_futex, &s.seq, FUTEX_WAKE, 1, nullptr, nullptr, 0);
@@ -49,7 +57,7 @@ void Doorbell::ring(uint64_t round) {
     while (cur < round &&
            !__atomic_compare_exchange_n(rung, &cur, round, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
     }
-    wake(p);
+    wake(p, true);
   }
 }
 
@@ -62,10 +70,10 @@ std::chrono::steady_clock::time_point Doorbell::rung_at() const {
 
 uint32_t Doorbell::ticket() const { return __atomic_load_n(&slot(rank_).seq, __ATOMIC_SEQ_CST); }
 
-void Doorbell::sleep(uint32_t ticket, std::chrono::nanoseconds timeout) {
+void Doorbell::sleep(uint32_t ticket, std::chrono::nanoseconds timeout, bool rings_wake) {
   if (timeout <= std::chrono::nanoseconds::zero()) return;
   Slot& s = slot(rank_);
-  __atomic_store_n(&s.sleeping, 1, __ATOMIC_SEQ_CST);
+  __atomic_store_n(&s.sleeping, rings_wake ? kAnything : kOwnWork, __ATOMIC_SEQ_CST);
   if (__atomic_load_n(&s.seq, __ATOMIC_SEQ_CST) == ticket) {
     struct timespec ts;
     ts.tv_sec = static_cast<time_t>(timeout.count() / 1000000000);

@@ -80,7 +80,8 @@ Worker::Worker(std::unique_ptr<Transport> t, EngineParams p, int id, EngineState
   doorbell_ = make_doorbell(*transport_, host_of_member, p.settings);
   if (doorbell_) queue_.set_waker([d = doorbell_.get()] { d->wake_self(); });
   vote_ = make_vote(*transport_, host_of_member, p.settings, controller_.vote_words());
-  controller_.set_vote(vote_.get());
+  if (vote_)
+    controller_.set_vote([v = vote_.get()](uint64_t* words, size_t n) { v->allreduce_and(words, n); });
   shown_.fusion_threshold = p.fusion_threshold;
   shown_.cycle_time_ms = p.cycle_time_ms;
   shown_.segment_bytes = p.segment_bytes;
@@ -204,14 +205,25 @@ void Worker::sleep_until_round() {
   const auto spin_until = Clock::now() + microseconds(30);  // as in wait_for_round()
   const auto deadline = controller_.next_deadline();
   auto looked = Clock::now() - kLookEvery;  // look once per round at least
+  // A peer's ring while this rank has nothing in flight: the round could only run
+  // nothing here (every collective needs this rank's submission), and waking for it
+  // takes the core from this rank's caller, who is about to submit. So an idle rank
+  // joins when its caller submits (the push wakes it) or after look_every at most,
+  // as the polling loop does; sleeping meanwhile, it asks not to be woken by rings.
+  auto ring_seen = Clock::time_point::max();
   for (;;) {
     const uint32_t ticket = doorbell_->ticket();
-    if (doorbell_->rung() >= round_) {
-      stats_.ring_wakes++;
-      stats_.ring_to_round_ns += duration_cast<nanoseconds>(Clock::now() - doorbell_->rung_at()).count();
-      return;
-    }
+    const bool rung = doorbell_->rung() >= round_;
     auto now = Clock::now();
+    if (rung) {
+      if (ring_seen == Clock::time_point::max()) ring_seen = now;
+      if (queue_.has_in_flight() || queue_.shutdown_requested() ||
+          now - ring_seen >= kLookEvery) {
+        stats_.ring_wakes++;
+        stats_.ring_to_round_ns += duration_cast<nanoseconds>(now - doorbell_->rung_at()).count();
+        return;
+      }
+    }
     auto ready = queue_.ready_time(window, params_.fusion_threshold);
     if (ready <= now || deadline <= now) {
       doorbell_->ring(round_);
@@ -231,7 +243,8 @@ void Worker::sleep_until_round() {
       continue;
     }
     auto until = std::min({ready, deadline, looked + kLookEvery});
-    doorbell_->sleep(ticket, duration_cast<nanoseconds>(until - now));
+    if (rung) until = std::min(until, ring_seen + kLookEvery);
+    doorbell_->sleep(ticket, duration_cast<nanoseconds>(until - now), !rung);
   }
 }
 
