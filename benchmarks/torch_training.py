@@ -137,21 +137,31 @@ def worker_framework(args, impl):
     if args.pin:
         _pin(int(os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK", rank)))
     before = _threads()
-    rounds0 = _rounds(impl)
+    stats0 = _stats(impl)
     img_secs = _example().run(args, hvd, log=lambda *a, **k: None)
     extra = _others(before, _threads(), _steps(args))
     if impl == "horovodlite":
-        extra["rounds_per_step"] = (_rounds(impl) - rounds0) / _steps(args)
+        s1, steps = _stats(impl), _steps(args)
+        d = {k: s1[k] - stats0[k] for k in s1}
+        extra["rounds_per_step"] = d["rounds"] / steps
+        if "fresh_rounds" not in d:  # an installation from before those clocks
+            d.update(fresh_rounds=0, submit_to_round_ns=0, ring_wakes=0, ring_to_round_ns=0,
+                     negotiate_ns=0)
+        # The engine's clocks (worker.h, WorkerStats): how long fresh gradients wait
+        # for a round, and a peer's ring for this rank's round (futex doorbell only).
+        extra["submit_to_round_us"] = d["submit_to_round_ns"] / max(d["fresh_rounds"], 1) / 1e3
+        extra["ring_to_round_us"] = d["ring_to_round_ns"] / max(d["ring_wakes"], 1) / 1e3
+        extra["negotiate_ms_per_step"] = d["negotiate_ns"] / steps / 1e6
     _report(rank, size, img_secs, extra)
     if impl != "bound":
         hvd.shutdown()
 
 
-def _rounds(impl):
+def _stats(impl):
     if impl != "horovodlite":
-        return 0
+        return {}
     from horovodlite._loader import _core
-    return _core.stats(0)["rounds"]
+    return _core.stats(0)
 
 
 def worker_ddp(args):
@@ -242,7 +252,8 @@ def _launch(impl, np_, passthrough, own):
     # rank's median per-iteration speed, times the ranks.
     total = min(statistics.median(r["img_secs"]) for r in ranks) * np_
     costs = {k: statistics.mean(r[k] for r in ranks)
-             for k in ("other_ms_per_step", "other_switches_per_step", "rounds_per_step")
+             for k in ("other_ms_per_step", "other_switches_per_step", "rounds_per_step",
+                       "submit_to_round_us", "ring_to_round_us", "negotiate_ms_per_step")
              if k in ranks[0]}
     # The other threads' CPU as a share of the step (steps stretch under load).
     costs["other_cpu_share"] = costs["other_ms_per_step"] * total / np_ / args_batch(passthrough) / 1e3
@@ -321,7 +332,8 @@ def main():
     print(f"\nload average after the runs: {' '.join(load)}")
     print(f"{'':12s} {'img/s median (range)':>24s} {'fraction of bound':>26s} "
           f"{'other threads ms/step':>22s} {'cpu share':>10s} {'switches/step':>14s} "
-          f"{'rounds/step':>12s}")
+          f"{'rounds/step':>12s} {'submit->round us':>17s} {'ring->round us':>15s} "
+          f"{'negotiate ms/step':>18s}")
     for impl in impls:
         med = lambda k: statistics.median(c[k] for c in costs[impl]) if k in costs[impl][0] else float("nan")  # noqa: E731
         print(f"{impl:12s} {statistics.median(ips[impl]):8.1f} ({min(ips[impl]):6.1f}-"
@@ -329,7 +341,8 @@ def main():
               f"({min(frac[impl]):.3f}-{max(frac[impl]):.3f}) "
               f"{med('other_ms_per_step'):22.2f} {med('other_cpu_share'):10.3f} "
               f"{med('other_switches_per_step'):14.1f} "
-              f"{med('rounds_per_step'):12.1f}")
+              f"{med('rounds_per_step'):12.1f} {med('submit_to_round_us'):17.1f} "
+              f"{med('ring_to_round_us'):15.1f} {med('negotiate_ms_per_step'):18.2f}")
 
 
 if __name__ == "__main__":

@@ -117,6 +117,8 @@ CASES = {
     "BROADCAST_CHAIN_BYTES": ("4096", lambda log: rep("broadcast_chain_from_bytes") == "4096"),
     "BROADCAST_SEGMENT_BYTES": ("8192", lambda log: rep("broadcast_chain_segment_bytes") == "8192"),
     "SHM": ("0", lambda log: _core.allreduce_algorithm(0) == "ring"),
+    # Unset, the vote goes through the transport ("transport").
+    "SHM_NEGOTIATION": ("1", lambda log: rep("negotiation") == "shm"),
     "SHM_CHUNK_BYTES": ("8192", lambda log: rep("shm_chunk_bytes") == "8192"),
     "SHM_SLOTS": ("3", lambda log: rep("shm_slots") == "3"),
     "SHM_STREAM_IN_THRESHOLD": ("0", lambda log: rep("shm_stream_in_threshold") == "0"),

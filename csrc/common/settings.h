@@ -28,6 +28,10 @@ enum class SettingType { INT, REAL, BOOL, STRING };
     "how the engine waits for work and for peers: poll (polls the transport), auto (sleeps " \
     "on a shared-memory futex where all ranks of a set share a host: a tenth of the CPU, "   \
     "but training measured slower with it, so it is not the default yet)")                   \
+  X(SHM_NEGOTIATION, BOOL, "0", false,                                                       \
+    "1: ranks of a set on one host vote in each negotiation round through shared memory "   \
+    "instead of an MPI allreduce (a cached tensor's round costs a few memory accesses); "    \
+    "opt-in: some launches (either WAKEUP) ran a lone 4 KiB allreduce at ~210 us, not ~9")   \
   X(STALL_CHECK_TIME_SECONDS, REAL, "60", false,                                             \
     "warn (rank 0) about tensors some ranks have not submitted")                             \
   X(STALL_CHECK_DISABLE, BOOL, "0", false, "1: no stall warnings")                           \

@@ -73,7 +73,8 @@ RoundResult Controller::round(std::vector<Request> fresh, bool want_shutdown, Ti
   }
   for (uint32_t b : invalidate_) vote[1 + words_ + b / 64] &= ~(uint64_t(1) << (b % 64));
   invalidate_.clear();
-  t_.allreduce_and(vote.data(), vote.size());
+  if (vote_) vote_(vote.data(), vote.size());
+  else t_.allreduce_and(vote.data(), vote.size());
   res.shutdown = !(vote[0] & kNoShutdown);
   bool do_gather = !(vote[0] & kNothingToSend);
   const bool timeline_now = !(vote[0] & kNoTimeline);

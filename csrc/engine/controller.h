@@ -12,6 +12,7 @@
 // `defer_limit`): running the part ready everywhere now would cut the step's batch
 // in two, and the rest would wait for the whole first part to finish.
 #pragma once
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -45,6 +46,12 @@ class Controller {
                     const Tunables* publish = nullptr, bool arriving = false,
                     Clock::duration defer_limit = Clock::duration::zero());
   size_t cache_capacity() const { return cache_.capacity(); }
+  // The words the vote of every round carries (what a ShmVote must hold).
+  size_t vote_words() const { return 1 + 3 * words_; }
+  // Where the vote goes instead of the transport's allreduce_and (the same AND on
+  // every rank: engine/shm_vote.h); set before the first round, on every rank alike.
+  using Vote = std::function<void(uint64_t* words, size_t n)>;
+  void set_vote(Vote v) { vote_ = std::move(v); }
   // After a response ran: cache it (identically on every rank).
   void executed(const Response& r, const Request* local);
   // When this rank needs a round for its own timers (stall checks, cached requests
@@ -74,6 +81,7 @@ class Controller {
   Clock::time_point defer_until_ = Clock::time_point::max();
   double cached_report_s_;
   size_t words_;
+  Vote vote_;  // empty: the transport's
 };
 
 }  // namespace hvdl

@@ -18,6 +18,7 @@ struct alignas(64) Doorbell::Slot {
   uint32_t seq;
   uint32_t sleeping;
   uint64_t rung;
+  int64_t rung_at_ns;  // steady_clock of the last ring (a measurement only)
 };
 
 std::unique_ptr<Doorbell> Doorbell::create(Transport& group) {
@@ -31,8 +32,16 @@ Doorbell::Doorbell(std::unique_ptr<ShmWindow> w)
 
 Doorbell::Slot& Doorbell::slot(int r) const { return *reinterpret_cast<Slot*>(window_->data(r)); }
 
-void Doorbell::wake(int r) {
+// `sleeping`: 0 awake, kAnything asleep until any news, kOwnWork asleep until its own
+// callers' news (a ring then bumps nothing: the sleeper's futex_wait must not return
+// for it, and its rung() says what it missed once it looks).
+namespace {
+constexpr uint32_t kAnything = 1, kOwnWork = 2;
+}
+
+void Doorbell::wake(int r, bool ring) {
   Slot& s = slot(r);
+  if (ring && __atomic_load_n(&s.sleeping, __ATOMIC_SEQ_CST) == kOwnWork) return;
   __atomic_add_fetch(&s.seq, 1, __ATOMIC_SEQ_CST);
   if (__atomic_load_n(&s.sleeping, __ATOMIC_SEQ_CST))
     syscall(SYS_futex, &s.seq, FUTEX_WAKE, 1, nullptr, nullptr, 0);
@@ -43,21 +52,28 @@ void Doorbell::ring(uint64_t round) {
     if (p == rank_) continue;
     uint64_t* rung = &slot(p).rung;
     uint64_t cur = __atomic_load_n(rung, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&slot(p).rung_at_ns,
+                     std::chrono::steady_clock::now().time_since_epoch().count(), __ATOMIC_RELAXED);
     while (cur < round &&
            !__atomic_compare_exchange_n(rung, &cur, round, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
     }
-    wake(p);
+    wake(p, true);
   }
 }
 
 uint64_t Doorbell::rung() const { return __atomic_load_n(&slot(rank_).rung, __ATOMIC_SEQ_CST); }
 
+std::chrono::steady_clock::time_point Doorbell::rung_at() const {
+  return std::chrono::steady_clock::time_point(std::chrono::steady_clock::duration(
+      __atomic_load_n(&slot(rank_).rung_at_ns, __ATOMIC_RELAXED)));
+}
+
 uint32_t Doorbell::ticket() const { return __atomic_load_n(&slot(rank_).seq, __ATOMIC_SEQ_CST); }
 
-void Doorbell::sleep(uint32_t ticket, std::chrono::nanoseconds timeout) {
+void Doorbell::sleep(uint32_t ticket, std::chrono::nanoseconds timeout, bool rings_wake) {
   if (timeout <= std::chrono::nanoseconds::zero()) return;
   Slot& s = slot(rank_);
-  __atomic_store_n(&s.sleeping, 1, __ATOMIC_SEQ_CST);
+  __atomic_store_n(&s.sleeping, rings_wake ? kAnything : kOwnWork, __ATOMIC_SEQ_CST);
   if (__atomic_load_n(&s.seq, __ATOMIC_SEQ_CST) == ticket) {
     struct timespec ts;
     ts.tv_sec = static_cast<time_t>(timeout.count() / 1000000000);

@@ -27,19 +27,25 @@ class Doorbell {
   void ring(uint64_t round);
   // The highest round a peer has rung so far (0: none). Never decreases.
   uint64_t rung() const;
+  // When a peer last rang (same clock on every rank of a host): what a woken rank
+  // measures its wake-up latency from.
+  std::chrono::steady_clock::time_point rung_at() const;
   // Wakes this rank's own sleeping thread (a caller queued work or is waiting).
-  void wake_self() { wake(rank_); }
+  void wake_self() { wake(rank_, false); }
 
   // Sleeping without missing a wake-up: take a ticket, check the conditions, then
   // sleep(ticket): it returns at once if anything rang after the ticket was taken.
   uint32_t ticket() const;
-  void sleep(uint32_t ticket, std::chrono::nanoseconds timeout);
+  // `rings_wake` false: a peer's ring does not end this sleep (its round is noted in
+  // rung() all the same); only this rank's own callers or the timeout do. For an idle
+  // rank, whose joining a round can wait for its own next submission.
+  void sleep(uint32_t ticket, std::chrono::nanoseconds timeout, bool rings_wake = true);
 
  private:
   struct Slot;
   explicit Doorbell(std::unique_ptr<ShmWindow> w);
   Slot& slot(int r) const;
-  void wake(int r);
+  void wake(int r, bool ring);
 
   std::unique_ptr<ShmWindow> window_;
   int rank_, size_;

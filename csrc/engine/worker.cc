@@ -28,6 +28,11 @@ static size_t payload_bytes(const Response& r) {
   return tensor_bytes(r.shape, r.dtype);
 }
 
+static bool on_one_host(const std::vector<int>& hosts) {
+  return !hosts.empty() &&
+         std::all_of(hosts.begin(), hosts.end(), [&](int h) { return h == hosts[0]; });
+}
+
 // A Doorbell where every member of the set is on this host and WAKEUP is
 // "auto": the set's thread then sleeps until there is work or a peer rings. Rank 0's
 // choice holds, so all members create the shared segment together or none does.
@@ -35,17 +40,31 @@ static std::unique_ptr<Doorbell> make_doorbell(Transport& t, const std::vector<i
                                                const Settings& s) {
   if (t.size() < 2) return nullptr;
   const std::string mode = s.str(Setting::WAKEUP);
-  if (mode != "auto" && mode != "poll" && t.rank() == 0)
-    HVDL_LOG(WARNING) << "HOROVODLITE_WAKEUP='" << mode << "' is neither auto nor poll; using poll";
-  bool one_host = !hosts.empty() &&
-                  std::all_of(hosts.begin(), hosts.end(), [&](int h) { return h == hosts[0]; });
-  std::string want(1, one_host && mode == "auto" ? '1' : '0');
+  if (mode != "auto") {
+    if (mode != "poll" && t.rank() == 0)
+      HVDL_LOG(WARNING) << "HOROVODLITE_WAKEUP='" << mode << "' is neither auto nor poll; using poll";
+    // Every rank reads the same (forwarded) setting: no rank creates the segment, so
+    // there is nothing to agree on, and a process set's creation costs no broadcast.
+    return nullptr;
+  }
+  std::string want(1, on_one_host(hosts) ? '1' : '0');
   t.broadcast(want, 0);
   if (want != "1") return nullptr;
   auto d = Doorbell::create(t);
   if (!d && t.rank() == 0)
     HVDL_LOG(INFO) << "no shared memory for the wake-up doorbell; the engine polls for peers";
   return d;
+}
+
+// The negotiation vote through shared memory where every member is on this host and
+// SHM_NEGOTIATION is on (the same on every rank: forwarded settings, the same hosts).
+static std::unique_ptr<ShmVote> make_vote(Transport& t, const std::vector<int>& hosts,
+                                          const Settings& s, size_t words) {
+  if (t.size() < 2 || !s.flag(Setting::SHM_NEGOTIATION) || !on_one_host(hosts)) return nullptr;
+  auto v = ShmVote::create(t, words);
+  if (!v && t.rank() == 0)
+    HVDL_LOG(INFO) << "no shared memory for the negotiation vote; it goes through MPI";
+  return v;
 }
 
 Worker::Worker(std::unique_ptr<Transport> t, EngineParams p, int id, EngineState& state,
@@ -60,6 +79,9 @@ Worker::Worker(std::unique_ptr<Transport> t, EngineParams p, int id, EngineState
       records_timeline_(id == 0 && transport_->rank() == 0) {
   doorbell_ = make_doorbell(*transport_, host_of_member, p.settings);
   if (doorbell_) queue_.set_waker([d = doorbell_.get()] { d->wake_self(); });
+  vote_ = make_vote(*transport_, host_of_member, p.settings, controller_.vote_words());
+  if (vote_)
+    controller_.set_vote([v = vote_.get()](uint64_t* words, size_t n) { v->allreduce_and(words, n); });
   shown_.fusion_threshold = p.fusion_threshold;
   shown_.cycle_time_ms = p.cycle_time_ms;
   shown_.segment_bytes = p.segment_bytes;
@@ -89,6 +111,7 @@ std::map<std::string, std::string> Worker::report() const {
       {"autotune_min_sample_ms", s(a.min_sample_ms)},
       {"allreduce", allreduce_algorithm()},
       {"wakeup", doorbell_ ? "futex" : "poll"},
+      {"negotiation", vote_ ? "shm" : "transport"},
       {"peer_timeout_s", s(p.peer_timeout_s)},
       {"failure_report_dir", p.failure_report_dir},
       {"tcp_min_bytes", s(p.settings.integer(Setting::TCP_MIN_BYTES))},
@@ -127,7 +150,7 @@ void Worker::stop() {
 void Worker::wait_for_round() {
   if (doorbell_) return sleep_until_round();
   const nanoseconds window = cycle();
-  auto poll = microseconds(5);
+  auto poll = nanoseconds(microseconds(5));
   // Right after a round the next request or ring usually follows within microseconds
   // (training loops, synchronous calls): look without sleeping for a short while.
   const auto spin_until = Clock::now() + microseconds(30);
@@ -151,7 +174,13 @@ void Worker::wait_for_round() {
     auto now = Clock::now();
     bool local = deadline <= now;
     if (!local) {
-      auto cap = queue_.has_in_flight() ? microseconds(50) : microseconds(1000);
+      // With nothing in flight a peer's ring can wait: this rank joins the round as
+      // soon as its caller submits (the push wakes this thread, which then sees the
+      // ring), and every collective needs a submission on every rank. So an idle
+      // engine looks at the transport only as often as the doorbell's (look_every()),
+      // instead of every millisecond: each look runs MPI's progress engine, and 1000
+      // of them a second slowed other MPI work on the same ranks.
+      auto cap = queue_.has_in_flight() ? nanoseconds(microseconds(50)) : look_every();
       poll = std::min(poll * 2, cap);
       auto timeout = std::min<Clock::duration>(poll, deadline - now);
       local = queue_.wait_for_work(duration_cast<nanoseconds>(timeout), window,
@@ -172,20 +201,37 @@ void Worker::wait_for_round() {
 // collective it gave up arrive there, and the heartbeat wants a beat well within the
 // peer timeout. Each look costs the idle engine ~50-80 us of CPU (an MPI_Test runs
 // MPI's whole progress engine): 10 a second are noise.
+nanoseconds Worker::look_every() const {
+  return params_.peer_timeout_s > 0 && params_.peer_timeout_s < 1
+             ? duration_cast<nanoseconds>(duration<double>(params_.peer_timeout_s / 10))
+             : nanoseconds(milliseconds(100));
+}
+
 void Worker::sleep_until_round() {
-  const nanoseconds look_every =
-      params_.peer_timeout_s > 0 && params_.peer_timeout_s < 1
-          ? duration_cast<nanoseconds>(duration<double>(params_.peer_timeout_s / 10))
-          : nanoseconds(milliseconds(100));
-  const auto kLookEvery = look_every;
+  const auto kLookEvery = look_every();
   const nanoseconds window = cycle();
   const auto spin_until = Clock::now() + microseconds(30);  // as in wait_for_round()
   const auto deadline = controller_.next_deadline();
   auto looked = Clock::now() - kLookEvery;  // look once per round at least
+  // A peer's ring while this rank has nothing in flight: the round could only run
+  // nothing here (every collective needs this rank's submission), and waking for it
+  // takes the core from this rank's caller, who is about to submit. So an idle rank
+  // joins when its caller submits (the push wakes it) or after look_every at most,
+  // as the polling loop does; sleeping meanwhile, it asks not to be woken by rings.
+  auto ring_seen = Clock::time_point::max();
   for (;;) {
     const uint32_t ticket = doorbell_->ticket();
-    if (doorbell_->rung() >= round_) return;
+    const bool rung = doorbell_->rung() >= round_;
     auto now = Clock::now();
+    if (rung) {
+      if (ring_seen == Clock::time_point::max()) ring_seen = now;
+      if (queue_.has_in_flight() || queue_.shutdown_requested() ||
+          now - ring_seen >= kLookEvery) {
+        stats_.ring_wakes++;
+        stats_.ring_to_round_ns += duration_cast<nanoseconds>(now - doorbell_->rung_at()).count();
+        return;
+      }
+    }
     auto ready = queue_.ready_time(window, params_.fusion_threshold);
     if (ready <= now || deadline <= now) {
       doorbell_->ring(round_);
@@ -205,7 +251,8 @@ void Worker::sleep_until_round() {
       continue;
     }
     auto until = std::min({ready, deadline, looked + kLookEvery});
-    doorbell_->sleep(ticket, duration_cast<nanoseconds>(until - now));
+    if (rung) until = std::min(until, ring_seen + kLookEvery);
+    doorbell_->sleep(ticket, duration_cast<nanoseconds>(until - now), !rung);
   }
 }
 
@@ -218,11 +265,18 @@ void Worker::loop() {
   while (running_) {
     try {
       wait_for_round();
+      const auto started = Clock::now();
       bool want_shutdown = queue_.shutdown_requested();
       Timeline* tl = records_timeline_ ? state_.timeline.recording() : nullptr;
-      if (tl && tl->mark_cycles()) tl->cycle_start(Clock::now());
+      if (tl && tl->mark_cycles()) tl->cycle_start(started);
       bool arriving = false;
       auto fresh = queue_.take_fresh(&arriving);
+      if (!fresh.empty()) {
+        auto oldest = started;
+        for (auto& q : fresh) oldest = std::min(oldest, q.ready_at);
+        stats_.fresh_rounds++;
+        stats_.submit_to_round_ns += duration_cast<nanoseconds>(started - oldest).count();
+      }
       RoundResult res = controller_.round(
           std::move(fresh), want_shutdown, tl, tuner_ ? tuner_->proposal() : nullptr, arriving,
           cycle());
@@ -230,7 +284,10 @@ void Worker::loop() {
       stats_.rounds++;
       if (!res.cache_only) stats_.full_rounds++;
       if (res.tunables) apply(*res.tunables);  // every rank, before this round's work
-      uint64_t bytes = execute(res.responses, tl, Clock::now());
+      const auto agreed = Clock::now();
+      stats_.negotiate_ns += duration_cast<nanoseconds>(agreed - started).count();
+      uint64_t bytes = execute(res.responses, tl, agreed);
+      stats_.execute_ns += duration_cast<nanoseconds>(Clock::now() - agreed).count();
       if (tuner_) tuner_->record(res.responses, bytes, Clock::now());
       if (res.shutdown) running_ = false;
     } catch (const PeerFailure& e) {

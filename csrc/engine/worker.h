@@ -20,6 +20,7 @@
 #include "parameters.h"
 #include "device.h"
 #include "doorbell.h"
+#include "shm_vote.h"
 #include "tensor_queue.h"
 #include "timeline.h"
 
@@ -53,6 +54,13 @@ struct EngineState {
 
 struct WorkerStats {
   std::atomic<uint64_t> rounds{0}, full_rounds{0}, groups{0}, tensors{0}, bytes{0};
+  // Where a collective's time goes (ns, summed; a clock read each, so always on):
+  // from the oldest fresh tensor's submission to the round that takes it (rounds
+  // with fresh work, counted in fresh_rounds), the negotiation (Controller::round)
+  // and the execution of every round, and - with a Doorbell - from a peer's ring to
+  // this rank starting that round (counted in ring_wakes).
+  std::atomic<uint64_t> fresh_rounds{0}, submit_to_round_ns{0}, negotiate_ns{0}, execute_ns{0};
+  std::atomic<uint64_t> ring_wakes{0}, ring_to_round_ns{0};
 };
 
 class Worker {
@@ -81,6 +89,9 @@ class Worker {
   void loop();
   void wait_for_round();
   void sleep_until_round();  // wait_for_round() with a Doorbell
+  // How often an idle engine looks at the transport (a peer's failure, a collective
+  // it gave up) and beats: 10 times a second, or 10 times per peer timeout if shorter.
+  std::chrono::nanoseconds look_every() const;
   // The batching window (cycle time), which also bounds how long a round holds back.
   std::chrono::nanoseconds cycle() const {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -101,6 +112,7 @@ class Worker {
   std::unique_ptr<AllreducePaths> allreduce_;
   DeviceSet devices_;  // host memory and the GPU this process uses, with their buffers
   std::unique_ptr<Doorbell> doorbell_;  // null: wake-ups through the transport, polled
+  std::unique_ptr<ShmVote> vote_;       // null: the vote goes through the transport
   WorkerStats stats_;
   uint64_t round_ = 1;
   bool running_ = true;

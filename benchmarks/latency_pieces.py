@@ -1,0 +1,94 @@
+"""Where a lone allreduce's time goes: hvd.allreduce against mpi4py's MPI_Allreduce at a
+few sizes (alternating blocks, A B A B, in one launch), and for horovodlite the engine's
+own clocks (_core.stats: submission -> round start, negotiation, execution; with the
+futex doorbell also a peer's ring -> this rank's round start), per call, median over
+the blocks. What is left of the call is Python/binding overhead and the completion's
+way back to the caller.
+
+    mpirun -np 2 --oversubscribe --bind-to none python benchmarks/latency_pieces.py \\
+        [--sizes 4K,1M] [--repeats 7] [--calls 400]
+
+Settings come from the environment (HOROVODLITE_WAKEUP=auto|poll, ...)."""
+import argparse
+import os
+import statistics
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+import horovodlite as hvd
+from horovodlite._loader import _core
+
+comm = MPI.COMM_WORLD
+PIECES = ("submit_to_round_ns", "negotiate_ns", "execute_ns", "ring_to_round_ns")
+
+
+def parse_size(text):
+    text = text.strip().upper().rstrip("B")
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+    return int(float(text.rstrip("KMG")) * mult)
+
+
+def block(fn, calls):
+    """Median seconds per call (max over ranks)."""
+    comm.Barrier()
+    per = []
+    for _ in range(calls):
+        t = time.perf_counter()
+        fn()
+        per.append(time.perf_counter() - t)
+    return comm.allreduce(statistics.median(per), op=MPI.MAX)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="4K,1M")
+    ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--calls", type=int, default=400)
+    args = ap.parse_args()
+    hvd.init()
+    rows = []
+    for size in (parse_size(s) for s in args.sizes.split(",")):
+        a = (np.arange(size // 4) % 251).astype(np.float32) + comm.rank
+        out = np.empty_like(a)
+        calls = max(5, min(args.calls, int(0.2 / max(size / 1e9, 1e-5))))
+        mpi = lambda: comm.Allreduce(a, out)  # noqa: E731
+        name = f"lat.{size}"
+        res = {}
+        ours = lambda: res.__setitem__("r", hvd.allreduce(a, op=hvd.Sum, name=name))  # noqa: E731
+        mpi(), ours()  # warm: negotiated once, cached from now on
+        t_mpi, t_hvd, pieces = [], [], {k: [] for k in PIECES + ("rounds", "ring_wakes")}
+        for rep in range(args.repeats):
+            for which in (("mpi", "hvd") if rep % 2 == 0 else ("hvd", "mpi")):
+                if which == "mpi":
+                    t_mpi.append(block(mpi, calls))
+                    continue
+                s0 = _core.stats(0)
+                t_hvd.append(block(ours, calls))
+                s1 = _core.stats(0)
+                for k in pieces:
+                    pieces[k].append((s1[k] - s0[k]) / calls)
+        assert np.array_equal(res["r"], out), "horovodlite and MPI disagree"
+        per_rank = comm.gather({k: statistics.median(v) for k, v in pieces.items()}, 0)
+        rows.append((size, statistics.median(t_mpi), statistics.median(t_hvd), per_rank))
+    if comm.rank == 0:
+        load = " ".join(open("/proc/loadavg").read().split()[:3])
+        wake = os.environ.get("HOROVODLITE_WAKEUP", "poll (default)")
+        print(f"np={comm.size}, {args.repeats} alternating repeats, medians, "
+              f"HOROVODLITE_WAKEUP={wake}, load {load}")
+        for size, tm, th, per_rank in rows:
+            label = f"{size >> 20} MiB" if size >= 1 << 20 else f"{size >> 10} KiB"
+            print(f"{label}: MPI_Allreduce {tm * 1e6:.1f} us, hvd.allreduce {th * 1e6:.1f} us "
+                  f"({tm / th:.2f}x MPI's speed)")
+            for r, p in enumerate(per_rank):
+                ring = (f", peer ring -> round {p['ring_to_round_ns'] / max(p['ring_wakes'], 1e-9) / 1e3:.1f} us"
+                        f" ({p['ring_wakes']:.2f}/call)" if p["ring_wakes"] else "")
+                print(f"   rank {r} per call: submit -> round {p['submit_to_round_ns'] / 1e3:.1f} us, "
+                      f"negotiate {p['negotiate_ns'] / 1e3:.1f} us, execute {p['execute_ns'] / 1e3:.1f} us"
+                      f" over {p['rounds']:.2f} rounds{ring}")
+    hvd.shutdown()
+
+
+if __name__ == "__main__":
+    main()
