@@ -5,7 +5,9 @@ examples/pytorch_synthetic_benchmark.py at 2 ranks, one torch thread per rank, w
   horovodlite  DistributedOptimizer
   ddp-gloo     torch DistributedDataParallel over gloo (under torchrun)
   horovod      Horovod's DistributedOptimizer, when `horovod.torch` imports (never a
-               dependency)
+               dependency): from this python, else from --horovod-python, else from
+               the repository's .venv-horovod/ (a venv of its own, so that nothing
+               else imports Horovod by accident; built as below)
 
 run interleaved (every implementation once per repeat, the order rotating between
 repeats) so that machine noise hits all alike. Each implementation's img/s is divided by
@@ -22,7 +24,21 @@ defaults. --pin pins each rank's main thread to one core after start-up.
 Per-step engine costs are printed beside the throughput (from /proc, so immune to the
 noise of a shared machine): CPU time of the threads other than the training thread, and
 their context switches (wake-ups), per step and rank; for horovodlite also negotiation
-rounds per step."""
+rounds per step.
+
+Horovod 0.28.1 for the `horovod` impl, into .venv-horovod/ layered on this venv (its
+base.pth names this venv's site-packages, as the worktree venvs do); 0.28.1 says C++14,
+torch 2.x headers need C++17:
+
+    python3 -m venv .venv-horovod && echo '*' > .venv-horovod/.gitignore
+    echo $VIRTUAL_ENV/lib/python3.11/site-packages > .venv-horovod/lib/python3.11/site-packages/base.pth
+    .venv-horovod/bin/pip install psutil cffi
+    .venv-horovod/bin/pip download horovod==0.28.1 --no-binary :all: --no-deps
+    tar xzf horovod-0.28.1.tar.gz && cd horovod-0.28.1
+    sed -i 's/CMAKE_CXX_STANDARD 14/CMAKE_CXX_STANDARD 17/' CMakeLists.txt horovod/torch/CMakeLists.txt
+    HOROVOD_WITH_PYTORCH=1 HOROVOD_WITH_MPI=1 HOROVOD_WITHOUT_TENSORFLOW=1 \
+        HOROVOD_WITHOUT_MXNET=1 HOROVOD_WITHOUT_GLOO=1 \
+        ../.venv-horovod/bin/pip install --no-build-isolation --no-deps .   (mpicc on PATH)"""
 import argparse
 import importlib.util
 import json
@@ -204,19 +220,21 @@ def _mpi_command(launch, np_):
     return cmd
 
 
-def _launch(impl, np_, passthrough, own):
+def _launch(impl, np_, passthrough, own, script=None):
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     python = sys.executable
     impl, _, launch = impl.partition("@")  # impl@LAUNCH: this one starts another way
     launch = launch or own.launch
     if impl == "horovodlite-before":  # the same worker, another installation
         python, impl = own.before, "horovodlite"
+    elif impl == "horovod":
+        python = horovod_python(own.horovod_python)
     elif "=" in impl:  # horovodlite with settings: horovodlite:NAME=VALUE
         for item in impl.split(":")[1:]:
             k, _, v = item.partition("=")
             env["HOROVODLITE_" + k] = v
         impl = "horovodlite"
-    script = [str(Path(__file__).resolve()), "--worker", impl, *passthrough]
+    script = [str(script or Path(__file__).resolve()), "--worker", impl, *passthrough]
     if impl == "ddp-gloo":
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1",
                "--nproc_per_node", str(np_), "--master_addr", "127.0.0.1",
@@ -255,10 +273,59 @@ def args_batch(passthrough):
     return int(passthrough[passthrough.index("--batch-size") + 1])
 
 
-def _available(impl):
+def _imports(python, module):
+    return subprocess.run([python, "-c", f"import {module}"], stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL).returncode == 0
+
+
+def horovod_python(explicit=None):
+    """The first python that imports horovod.torch: --horovod-python, this one, the
+    repository's .venv-horovod; None when none does."""
+    own_venv = ROOT / ".venv-horovod" / "bin" / "python"
+    for python in (explicit, sys.executable, str(own_venv) if own_venv.exists() else None):
+        if python and _imports(python, "horovod.torch"):
+            return python
+    return None
+
+
+def _available(impl, own):
     if impl.partition("@")[0] != "horovod":
         return True
-    return importlib.util.find_spec("horovod") is not None
+    return horovod_python(own.horovod_python) is not None
+
+
+def compare(impls, own, passthrough, script=None):
+    """Runs every impl once per repeat (the order rotating) and prints the table: img/s
+    and the fraction of the same repeat's bound. `script`: the worker (default: this
+    file), started as `script --worker IMPL *passthrough`."""
+    ips = {i: [] for i in impls}
+    frac = {i: [] for i in impls}
+    costs = {i: [] for i in impls}
+    for rep in range(own.repeats):
+        order = impls[rep % len(impls):] + impls[:rep % len(impls)]
+        this = {}
+        for impl in order:
+            this[impl], c = _launch(impl, own.np, passthrough, own, script)
+            costs[impl].append(c)
+            print(f"  repeat {rep + 1}: {impl:12s} {this[impl]:7.1f} img/s  " +
+                  "  ".join(f"{k} {v:.2f}" for k, v in c.items()), flush=True)
+        for impl in impls:
+            ips[impl].append(this[impl])
+            frac[impl].append(this[impl] / this["bound"])
+    load = open("/proc/loadavg").read().split()[:3]
+    print(f"\nload average after the runs: {' '.join(load)}")
+    print(f"{'':12s} {'img/s median (range)':>24s} {'fraction of bound':>26s} "
+          f"{'other threads ms/step':>22s} {'cpu share':>10s} {'switches/step':>14s} "
+          f"{'rounds/step':>12s}")
+    for impl in impls:
+        med = lambda k: statistics.median(c[k] for c in costs[impl]) if k in costs[impl][0] else float("nan")  # noqa: E731
+        print(f"{impl:12s} {statistics.median(ips[impl]):8.1f} ({min(ips[impl]):6.1f}-"
+              f"{max(ips[impl]):6.1f}) {statistics.median(frac[impl]):10.3f} "
+              f"({min(frac[impl]):.3f}-{max(frac[impl]):.3f}) "
+              f"{med('other_ms_per_step'):22.2f} {med('other_cpu_share'):10.3f} "
+              f"{med('other_switches_per_step'):14.1f} "
+              f"{med('rounds_per_step'):12.1f}")
+
 
 
 def main():
@@ -276,6 +343,9 @@ def main():
     ap.add_argument("--before", metavar="PYTHON",
                     help="also run horovodlite-before: the python of another installation "
                          "(before/after comparisons in one launch)")
+    ap.add_argument("--horovod-python", metavar="PYTHON",
+                    help="a python that imports horovod.torch (default: this one, then "
+                         ".venv-horovod/bin/python)")
     ap.add_argument("--timeout", type=int, default=600)
     ap.add_argument("--verbose", action="store_true", help="CPU per thread name")
     own, rest = ap.parse_known_args()
@@ -296,40 +366,14 @@ def main():
         impls.insert(0, "bound")
     if own.before and "horovodlite-before" not in impls:
         impls.append("horovodlite-before")
-    skipped = [i for i in impls if not _available(i)]
+    skipped = [i for i in impls if not _available(i, own)]
     impls = [i for i in impls if i not in skipped]
     print(f"model {args.model}, batch {args.batch_size}/rank, image {args.image_size}px, "
           f"{args.threads} thread/rank, np={own.np}, {args.num_iters} x "
           f"{args.num_batches_per_iter} batches timed, {own.repeats} interleaved repeats, "
           f"launch: {own.launch}, pinned: {own.pin}"
           + (f"; not importable, skipped: {', '.join(skipped)}" if skipped else ""), flush=True)
-    ips = {i: [] for i in impls}
-    frac = {i: [] for i in impls}
-    costs = {i: [] for i in impls}
-    for rep in range(own.repeats):
-        order = impls[rep % len(impls):] + impls[:rep % len(impls)]
-        this = {}
-        for impl in order:
-            this[impl], c = _launch(impl, own.np, passthrough, own)
-            costs[impl].append(c)
-            print(f"  repeat {rep + 1}: {impl:12s} {this[impl]:7.1f} img/s  " +
-                  "  ".join(f"{k} {v:.2f}" for k, v in c.items()), flush=True)
-        for impl in impls:
-            ips[impl].append(this[impl])
-            frac[impl].append(this[impl] / this["bound"])
-    load = open("/proc/loadavg").read().split()[:3]
-    print(f"\nload average after the runs: {' '.join(load)}")
-    print(f"{'':12s} {'img/s median (range)':>24s} {'fraction of bound':>26s} "
-          f"{'other threads ms/step':>22s} {'cpu share':>10s} {'switches/step':>14s} "
-          f"{'rounds/step':>12s}")
-    for impl in impls:
-        med = lambda k: statistics.median(c[k] for c in costs[impl]) if k in costs[impl][0] else float("nan")  # noqa: E731
-        print(f"{impl:12s} {statistics.median(ips[impl]):8.1f} ({min(ips[impl]):6.1f}-"
-              f"{max(ips[impl]):6.1f}) {statistics.median(frac[impl]):10.3f} "
-              f"({min(frac[impl]):.3f}-{max(frac[impl]):.3f}) "
-              f"{med('other_ms_per_step'):22.2f} {med('other_cpu_share'):10.3f} "
-              f"{med('other_switches_per_step'):14.1f} "
-              f"{med('rounds_per_step'):12.1f}")
+    compare(impls, own, passthrough)
 
 
 if __name__ == "__main__":
