@@ -74,7 +74,7 @@ def main():
     ap.add_argument("--np", type=int, default=2)
     ap.add_argument("--impls", default=",".join(IMPLS))
     ap.add_argument("--launch", default="mpirun-yield",
-                    choices=("mpirun-yield", "mpirun", "horovodlite-run"))
+                    choices=("mpirun-yield", "mpirun", "mpirun-unbound", "horovodlite-run"))
     ap.add_argument("--timeout", type=int, default=900)
     ap.add_argument("--verbose", action="store_true", help="CPU per thread name")
     own, rest = ap.parse_known_args()

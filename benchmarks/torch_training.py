@@ -18,8 +18,8 @@ the bound *of the same repeat*; the table shows the median fraction and its rang
 
 --launch says how the MPI-based implementations start: `mpirun-yield` (default):
 `mpirun --bind-to none --mca mpi_yield_when_idle 1`; `mpirun`: plain `mpirun -np N`
-(OpenMPI's defaults: each rank bound to a core); `horovodlite-run`: our launcher with its
-defaults. --pin pins each rank's main thread to one core after start-up.
+(OpenMPI's defaults: each rank bound to a core); `mpirun-unbound`: `mpirun --bind-to
+none`; `horovodlite-run`: our launcher with its defaults. --pin pins each rank's main thread to one core after start-up.
 
 Per-step engine costs are printed beside the throughput (from /proc, so immune to the
 noise of a shared machine): CPU time of the threads other than the training thread, and
@@ -217,6 +217,8 @@ def _mpi_command(launch, np_):
     cmd = [str(mpirun) if mpirun.exists() else shutil.which("mpirun"), "-np", str(np_)]
     if launch == "mpirun-yield":
         cmd += ["--oversubscribe", "--bind-to", "none", "--mca", "mpi_yield_when_idle", "1"]
+    elif launch == "mpirun-unbound":  # what horovodlite-run did at np <= cores before
+        cmd += ["--bind-to", "none"]
     return cmd
 
 
@@ -338,7 +340,7 @@ def main():
     ap.add_argument("--np", type=int, default=2)
     ap.add_argument("--impls", default=",".join(IMPLS))
     ap.add_argument("--launch", default="mpirun-yield",
-                    choices=("mpirun-yield", "mpirun", "horovodlite-run"))
+                    choices=("mpirun-yield", "mpirun", "mpirun-unbound", "horovodlite-run"))
     ap.add_argument("--pin", action="store_true")
     ap.add_argument("--before", metavar="PYTHON",
                     help="also run horovodlite-before: the python of another installation "
