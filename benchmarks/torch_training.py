@@ -89,9 +89,10 @@ def _threads():
 def _others(before, after, steps):
     """CPU ms and context switches per step of every thread but the calling one."""
     me = __import__("threading").get_native_id()
-    ms = sw = 0.0
+    ms = sw = total = 0.0
     by_name = {}
     for tid, (name, ns, s) in after.items():
+        total += (ns - before.get(tid, (name, 0, 0))[1]) / 1e6
         if tid == me:
             continue
         b = before.get(tid, (name, 0, 0))
@@ -99,6 +100,7 @@ def _others(before, after, steps):
         sw += s - b[2]
         by_name[name] = by_name.get(name, 0) + (ns - b[1]) / 1e6 / steps
     return {"other_ms_per_step": ms / steps, "other_switches_per_step": sw / steps,
+            "cpu_ms_per_step": total / steps,
             "by_thread": {k: round(v, 2) for k, v in by_name.items() if v >= 0.01}}
 
 
@@ -262,7 +264,8 @@ def _launch(impl, np_, passthrough, own, script=None):
     # rank's median per-iteration speed, times the ranks.
     total = min(statistics.median(r["img_secs"]) for r in ranks) * np_
     costs = {k: statistics.mean(r[k] for r in ranks)
-             for k in ("other_ms_per_step", "other_switches_per_step", "rounds_per_step")
+             for k in ("other_ms_per_step", "other_switches_per_step", "rounds_per_step",
+                       "cpu_ms_per_step")
              if k in ranks[0]}
     # The other threads' CPU as a share of the step (steps stretch under load).
     costs["other_cpu_share"] = costs["other_ms_per_step"] * total / np_ / args_batch(passthrough) / 1e3
@@ -302,6 +305,12 @@ def compare(impls, own, passthrough, script=None):
     file), started as `script --worker IMPL *passthrough`."""
     ips = {i: [] for i in impls}
     frac = {i: [] for i in impls}
+    # CPU time per step, all threads of all ranks, the bound's over the impl's: what the
+    # fraction of the bound would be if every CPU cycle came out of compute. Immune to
+    # other processes on the machine, which the img/s fraction is not: under foreign
+    # load a job whose ranks sleep while they wait for each other is favoured by the
+    # scheduler over the bound's ranks, which never sleep (measured above 1.0).
+    cpu_frac = {i: [] for i in impls}
     costs = {i: [] for i in impls}
     for rep in range(own.repeats):
         order = impls[rep % len(impls):] + impls[:rep % len(impls)]
@@ -314,11 +323,14 @@ def compare(impls, own, passthrough, script=None):
         for impl in impls:
             ips[impl].append(this[impl])
             frac[impl].append(this[impl] / this["bound"])
+            cpu = [costs[k][-1].get("cpu_ms_per_step") for k in (impl, "bound")]
+            if all(cpu):
+                cpu_frac[impl].append(cpu[1] / cpu[0])
     load = open("/proc/loadavg").read().split()[:3]
     print(f"\nload average after the runs: {' '.join(load)}")
     print(f"{'':12s} {'img/s median (range)':>24s} {'fraction of bound':>26s} "
           f"{'other threads ms/step':>22s} {'cpu share':>10s} {'switches/step':>14s} "
-          f"{'rounds/step':>12s}")
+          f"{'rounds/step':>12s} {'cpu-time fraction':>24s}")
     for impl in impls:
         med = lambda k: statistics.median(c[k] for c in costs[impl]) if k in costs[impl][0] else float("nan")  # noqa: E731
         print(f"{impl:12s} {statistics.median(ips[impl]):8.1f} ({min(ips[impl]):6.1f}-"
@@ -326,7 +338,9 @@ def compare(impls, own, passthrough, script=None):
               f"({min(frac[impl]):.3f}-{max(frac[impl]):.3f}) "
               f"{med('other_ms_per_step'):22.2f} {med('other_cpu_share'):10.3f} "
               f"{med('other_switches_per_step'):14.1f} "
-              f"{med('rounds_per_step'):12.1f}")
+              f"{med('rounds_per_step'):12.1f} " +
+              (f"{statistics.median(cpu_frac[impl]):10.3f} ({min(cpu_frac[impl]):.3f}-"
+               f"{max(cpu_frac[impl]):.3f})" if cpu_frac[impl] else ""))
 
 
 
