@@ -5,7 +5,9 @@ examples/pytorch_synthetic_benchmark.py at 2 ranks, one torch thread per rank, w
   horovodlite  DistributedOptimizer
   ddp-gloo     torch DistributedDataParallel over gloo (under torchrun)
   horovod      Horovod's DistributedOptimizer, when `horovod.torch` imports (never a
-               dependency)
+               dependency): from this python, else from --horovod-python, else from
+               the repository's .venv-horovod/ (a venv of its own, so that nothing
+               else imports Horovod by accident; built as below)
 
 run interleaved (every implementation once per repeat, the order rotating between
 repeats) so that machine noise hits all alike. Each implementation's img/s is divided by
@@ -16,13 +18,27 @@ the bound *of the same repeat*; the table shows the median fraction and its rang
 
 --launch says how the MPI-based implementations start: `mpirun-yield` (default):
 `mpirun --bind-to none --mca mpi_yield_when_idle 1`; `mpirun`: plain `mpirun -np N`
-(OpenMPI's defaults: each rank bound to a core); `horovodlite-run`: our launcher with its
-defaults. --pin pins each rank's main thread to one core after start-up.
+(OpenMPI's defaults: each rank bound to a core); `mpirun-unbound`: `mpirun --bind-to
+none`; `horovodlite-run`: our launcher with its defaults. --pin pins each rank's main thread to one core after start-up.
 
 Per-step engine costs are printed beside the throughput (from /proc, so immune to the
 noise of a shared machine): CPU time of the threads other than the training thread, and
 their context switches (wake-ups), per step and rank; for horovodlite also negotiation
-rounds per step."""
+rounds per step.
+
+Horovod 0.28.1 for the `horovod` impl, into .venv-horovod/ layered on this venv (its
+base.pth names this venv's site-packages, as the worktree venvs do); 0.28.1 says C++14,
+torch 2.x headers need C++17:
+
+    python3 -m venv .venv-horovod && echo '*' > .venv-horovod/.gitignore
+    echo $VIRTUAL_ENV/lib/python3.11/site-packages > .venv-horovod/lib/python3.11/site-packages/base.pth
+    .venv-horovod/bin/pip install psutil cffi
+    .venv-horovod/bin/pip download horovod==0.28.1 --no-binary :all: --no-deps
+    tar xzf horovod-0.28.1.tar.gz && cd horovod-0.28.1
+    sed -i 's/CMAKE_CXX_STANDARD 14/CMAKE_CXX_STANDARD 17/' CMakeLists.txt horovod/torch/CMakeLists.txt
+    HOROVOD_WITH_PYTORCH=1 HOROVOD_WITH_MPI=1 HOROVOD_WITHOUT_TENSORFLOW=1 \
+        HOROVOD_WITHOUT_MXNET=1 HOROVOD_WITHOUT_GLOO=1 \
+        ../.venv-horovod/bin/pip install --no-build-isolation --no-deps .   (mpicc on PATH)"""
 import argparse
 import importlib.util
 import json
@@ -73,9 +89,10 @@ def _threads():
 def _others(before, after, steps):
     """CPU ms and context switches per step of every thread but the calling one."""
     me = __import__("threading").get_native_id()
-    ms = sw = 0.0
+    ms = sw = total = 0.0
     by_name = {}
     for tid, (name, ns, s) in after.items():
+        total += (ns - before.get(tid, (name, 0, 0))[1]) / 1e6
         if tid == me:
             continue
         b = before.get(tid, (name, 0, 0))
@@ -83,6 +100,7 @@ def _others(before, after, steps):
         sw += s - b[2]
         by_name[name] = by_name.get(name, 0) + (ns - b[1]) / 1e6 / steps
     return {"other_ms_per_step": ms / steps, "other_switches_per_step": sw / steps,
+            "cpu_ms_per_step": total / steps,
             "by_thread": {k: round(v, 2) for k, v in by_name.items() if v >= 0.01}}
 
 
@@ -211,22 +229,26 @@ def _mpi_command(launch, np_):
     cmd = [str(mpirun) if mpirun.exists() else shutil.which("mpirun"), "-np", str(np_)]
     if launch == "mpirun-yield":
         cmd += ["--oversubscribe", "--bind-to", "none", "--mca", "mpi_yield_when_idle", "1"]
+    elif launch == "mpirun-unbound":  # what horovodlite-run did at np <= cores before
+        cmd += ["--bind-to", "none"]
     return cmd
 
 
-def _launch(impl, np_, passthrough, own):
+def _launch(impl, np_, passthrough, own, script=None):
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     python = sys.executable
     impl, _, launch = impl.partition("@")  # impl@LAUNCH: this one starts another way
     launch = launch or own.launch
     if impl == "horovodlite-before":  # the same worker, another installation
         python, impl = own.before, "horovodlite"
+    elif impl == "horovod":
+        python = horovod_python(own.horovod_python)
     elif "=" in impl:  # horovodlite with settings: horovodlite:NAME=VALUE
         for item in impl.split(":")[1:]:
             k, _, v = item.partition("=")
             env["HOROVODLITE_" + k] = v
         impl = "horovodlite"
-    script = [str(Path(__file__).resolve()), "--worker", impl, *passthrough]
+    script = [str(script or Path(__file__).resolve()), "--worker", impl, *passthrough]
     if impl == "ddp-gloo":
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1",
                "--nproc_per_node", str(np_), "--master_addr", "127.0.0.1",
@@ -253,7 +275,8 @@ def _launch(impl, np_, passthrough, own):
     total = min(statistics.median(r["img_secs"]) for r in ranks) * np_
     costs = {k: statistics.mean(r[k] for r in ranks)
              for k in ("other_ms_per_step", "other_switches_per_step", "rounds_per_step",
-                       "submit_to_round_us", "ring_to_round_us", "negotiate_ms_per_step")
+                       "submit_to_round_us", "ring_to_round_us", "negotiate_ms_per_step",
+                       "cpu_ms_per_step")
              if k in ranks[0]}
     # The other threads' CPU as a share of the step (steps stretch under load).
     costs["other_cpu_share"] = costs["other_ms_per_step"] * total / np_ / args_batch(passthrough) / 1e3
@@ -266,10 +289,72 @@ def args_batch(passthrough):
     return int(passthrough[passthrough.index("--batch-size") + 1])
 
 
-def _available(impl):
+def _imports(python, module):
+    return subprocess.run([python, "-c", f"import {module}"], stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL).returncode == 0
+
+
+def horovod_python(explicit=None):
+    """The first python that imports horovod.torch: --horovod-python, this one, the
+    repository's .venv-horovod; None when none does."""
+    own_venv = ROOT / ".venv-horovod" / "bin" / "python"
+    for python in (explicit, sys.executable, str(own_venv) if own_venv.exists() else None):
+        if python and _imports(python, "horovod.torch"):
+            return python
+    return None
+
+
+def _available(impl, own):
     if impl.partition("@")[0] != "horovod":
         return True
-    return importlib.util.find_spec("horovod") is not None
+    return horovod_python(own.horovod_python) is not None
+
+
+def compare(impls, own, passthrough, script=None):
+    """Runs every impl once per repeat (the order rotating) and prints the table: img/s
+    and the fraction of the same repeat's bound. `script`: the worker (default: this
+    file), started as `script --worker IMPL *passthrough`."""
+    ips = {i: [] for i in impls}
+    frac = {i: [] for i in impls}
+    # CPU time per step, all threads of all ranks, the bound's over the impl's: what the
+    # fraction of the bound would be if every CPU cycle came out of compute. Immune to
+    # other processes on the machine, which the img/s fraction is not: under foreign
+    # load a job whose ranks sleep while they wait for each other is favoured by the
+    # scheduler over the bound's ranks, which never sleep (measured above 1.0).
+    cpu_frac = {i: [] for i in impls}
+    costs = {i: [] for i in impls}
+    for rep in range(own.repeats):
+        order = impls[rep % len(impls):] + impls[:rep % len(impls)]
+        this = {}
+        for impl in order:
+            this[impl], c = _launch(impl, own.np, passthrough, own, script)
+            costs[impl].append(c)
+            print(f"  repeat {rep + 1}: {impl:12s} {this[impl]:7.1f} img/s  " +
+                  "  ".join(f"{k} {v:.2f}" for k, v in c.items()), flush=True)
+        for impl in impls:
+            ips[impl].append(this[impl])
+            frac[impl].append(this[impl] / this["bound"])
+            cpu = [costs[k][-1].get("cpu_ms_per_step") for k in (impl, "bound")]
+            if all(cpu):
+                cpu_frac[impl].append(cpu[1] / cpu[0])
+    load = open("/proc/loadavg").read().split()[:3]
+    print(f"\nload average after the runs: {' '.join(load)}")
+    print(f"{'':12s} {'img/s median (range)':>24s} {'fraction of bound':>26s} "
+          f"{'other threads ms/step':>22s} {'cpu share':>10s} {'switches/step':>14s} "
+          f"{'rounds/step':>12s} {'submit->round us':>17s} {'ring->round us':>15s} "
+          f"{'negotiate ms/step':>18s} {'cpu-time fraction':>24s}")
+    for impl in impls:
+        med = lambda k: statistics.median(c[k] for c in costs[impl]) if k in costs[impl][0] else float("nan")  # noqa: E731
+        print(f"{impl:12s} {statistics.median(ips[impl]):8.1f} ({min(ips[impl]):6.1f}-"
+              f"{max(ips[impl]):6.1f}) {statistics.median(frac[impl]):10.3f} "
+              f"({min(frac[impl]):.3f}-{max(frac[impl]):.3f}) "
+              f"{med('other_ms_per_step'):22.2f} {med('other_cpu_share'):10.3f} "
+              f"{med('other_switches_per_step'):14.1f} "
+              f"{med('rounds_per_step'):12.1f} {med('submit_to_round_us'):17.1f} "
+              f"{med('ring_to_round_us'):15.1f} {med('negotiate_ms_per_step'):18.2f} " +
+              (f"{statistics.median(cpu_frac[impl]):10.3f} ({min(cpu_frac[impl]):.3f}-"
+               f"{max(cpu_frac[impl]):.3f})" if cpu_frac[impl] else ""))
+
 
 
 def main():
@@ -282,11 +367,14 @@ def main():
     ap.add_argument("--np", type=int, default=2)
     ap.add_argument("--impls", default=",".join(IMPLS))
     ap.add_argument("--launch", default="mpirun-yield",
-                    choices=("mpirun-yield", "mpirun", "horovodlite-run"))
+                    choices=("mpirun-yield", "mpirun", "mpirun-unbound", "horovodlite-run"))
     ap.add_argument("--pin", action="store_true")
     ap.add_argument("--before", metavar="PYTHON",
                     help="also run horovodlite-before: the python of another installation "
                          "(before/after comparisons in one launch)")
+    ap.add_argument("--horovod-python", metavar="PYTHON",
+                    help="a python that imports horovod.torch (default: this one, then "
+                         ".venv-horovod/bin/python)")
     ap.add_argument("--timeout", type=int, default=600)
     ap.add_argument("--verbose", action="store_true", help="CPU per thread name")
     own, rest = ap.parse_known_args()
@@ -307,42 +395,14 @@ def main():
         impls.insert(0, "bound")
     if own.before and "horovodlite-before" not in impls:
         impls.append("horovodlite-before")
-    skipped = [i for i in impls if not _available(i)]
+    skipped = [i for i in impls if not _available(i, own)]
     impls = [i for i in impls if i not in skipped]
     print(f"model {args.model}, batch {args.batch_size}/rank, image {args.image_size}px, "
           f"{args.threads} thread/rank, np={own.np}, {args.num_iters} x "
           f"{args.num_batches_per_iter} batches timed, {own.repeats} interleaved repeats, "
           f"launch: {own.launch}, pinned: {own.pin}"
           + (f"; not importable, skipped: {', '.join(skipped)}" if skipped else ""), flush=True)
-    ips = {i: [] for i in impls}
-    frac = {i: [] for i in impls}
-    costs = {i: [] for i in impls}
-    for rep in range(own.repeats):
-        order = impls[rep % len(impls):] + impls[:rep % len(impls)]
-        this = {}
-        for impl in order:
-            this[impl], c = _launch(impl, own.np, passthrough, own)
-            costs[impl].append(c)
-            print(f"  repeat {rep + 1}: {impl:12s} {this[impl]:7.1f} img/s  " +
-                  "  ".join(f"{k} {v:.2f}" for k, v in c.items()), flush=True)
-        for impl in impls:
-            ips[impl].append(this[impl])
-            frac[impl].append(this[impl] / this["bound"])
-    load = open("/proc/loadavg").read().split()[:3]
-    print(f"\nload average after the runs: {' '.join(load)}")
-    print(f"{'':12s} {'img/s median (range)':>24s} {'fraction of bound':>26s} "
-          f"{'other threads ms/step':>22s} {'cpu share':>10s} {'switches/step':>14s} "
-          f"{'rounds/step':>12s} {'submit->round us':>17s} {'ring->round us':>15s} "
-          f"{'negotiate ms/step':>18s}")
-    for impl in impls:
-        med = lambda k: statistics.median(c[k] for c in costs[impl]) if k in costs[impl][0] else float("nan")  # noqa: E731
-        print(f"{impl:12s} {statistics.median(ips[impl]):8.1f} ({min(ips[impl]):6.1f}-"
-              f"{max(ips[impl]):6.1f}) {statistics.median(frac[impl]):10.3f} "
-              f"({min(frac[impl]):.3f}-{max(frac[impl]):.3f}) "
-              f"{med('other_ms_per_step'):22.2f} {med('other_cpu_share'):10.3f} "
-              f"{med('other_switches_per_step'):14.1f} "
-              f"{med('rounds_per_step'):12.1f} {med('submit_to_round_us'):17.1f} "
-              f"{med('ring_to_round_us'):15.1f} {med('negotiate_ms_per_step'):18.2f}")
+    compare(impls, own, passthrough)
 
 
 if __name__ == "__main__":

@@ -75,6 +75,22 @@ def test_command_line_has_what_users_forget(tmp_path, monkeypatch):
         launcher.parse_args(["python", "x.py"])  # -np is needed without hosts
 
 
+def test_binds_one_rank_per_core_on_one_host(monkeypatch):
+    """One rank per core on one host: each rank bound to its core (issue 19: trained
+    faster than unbound); fewer ranks than cores, other hosts, or oversubscription: not."""
+    monkeypatch.setattr(launcher, "_cores", lambda: 4)
+    env = {}
+
+    def bind(argv):
+        cmd = launcher.build_command(launcher.parse_args(argv + ["python", "x.py"]), env)
+        return cmd[cmd.index("--bind-to") + 1]
+
+    assert bind(["-np", "4"]) == "core"
+    assert bind(["-np", "2"]) == "none"
+    assert bind(["-np", "4", "--oversubscribe"]) == "none"
+    assert bind(["-np", "4", "-H", "a:2,b:2"]) == "none"
+
+
 def test_env_forwarding_and_exit_code(tmp_path):
     job = script(tmp_path, """
         import os, sys

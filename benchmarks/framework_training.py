@@ -1,0 +1,101 @@
+"""Keras and JAX training throughput against their no-exchange bound: the synthetic
+ResNets of examples/tensorflow2_keras_synthetic_benchmark.py (model.fit) and
+examples/jax_synthetic_benchmark.py (one jitted step) at 2 ranks, one compute thread per
+rank, with
+
+  bound        the same 2 ranks training with no gradient exchange at all
+  horovodlite  horovodlite's DistributedOptimizer (Keras: horovodlite.tensorflow.keras;
+               JAX: horovodlite.jax, the XLA FFI collective inside the jitted step)
+
+interleaved as in benchmarks/torch_training.py (whose launcher and table this reuses:
+the same --launch, --impls horovodlite:NAME=VALUE and IMPL@LAUNCH forms).
+
+    python benchmarks/framework_training.py --framework keras|jax [--model smallcnn
+        --batch-size 32 --repeats 5] [--launch mpirun-yield|mpirun|horovodlite-run]"""
+import argparse
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+EXAMPLES = {"keras": "tensorflow2_keras_synthetic_benchmark", "jax": "jax_synthetic_benchmark"}
+IMPLS = ("bound", "horovodlite")
+
+
+def _load(path, name):
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+tt = _load(HERE / "torch_training.py", "torch_training")
+
+
+class _NoExchange(tt._NoExchange):
+    """The bound's stand-in for horovodlite.tensorflow.keras / horovodlite.jax."""
+
+    class callbacks:  # noqa: N801 - the module's name
+        @staticmethod
+        def BroadcastGlobalVariablesCallback(root_rank):  # noqa: N802 - Horovod's name
+            from tensorflow import keras
+            return keras.callbacks.Callback()
+
+    def broadcast_parameters(self, params, root_rank=0):
+        return params
+
+
+def worker(framework, impl, args):
+    example = _load(HERE.parent / "examples" / f"{EXAMPLES[framework]}.py", EXAMPLES[framework])
+    if impl == "bound":
+        hvd = _NoExchange()
+    else:
+        hvd = importlib.import_module(
+            "horovodlite.tensorflow.keras" if framework == "keras" else "horovodlite.jax")
+        hvd.init()
+    before = tt._threads()
+    rounds0 = tt._rounds(impl)
+    img_secs = example.run(args, hvd, log=lambda *a, **k: None)
+    steps = args.num_warmup_batches + args.num_batches_per_iter * args.num_iters
+    extra = tt._others(before, tt._threads(), steps)
+    if impl == "horovodlite":
+        extra["rounds_per_step"] = (tt._rounds(impl) - rounds0) / steps
+    tt._report(hvd.rank(), hvd.size(), img_secs, extra)
+    if impl != "bound":
+        hvd.shutdown()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--framework", required=True, choices=sorted(EXAMPLES))
+    ap.add_argument("--worker", choices=IMPLS, help=argparse.SUPPRESS)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--np", type=int, default=2)
+    ap.add_argument("--impls", default=",".join(IMPLS))
+    ap.add_argument("--launch", default="mpirun-yield",
+                    choices=("mpirun-yield", "mpirun", "mpirun-unbound", "horovodlite-run"))
+    ap.add_argument("--timeout", type=int, default=900)
+    ap.add_argument("--verbose", action="store_true", help="CPU per thread name")
+    own, rest = ap.parse_known_args()
+    example = _load(HERE.parent / "examples" / f"{EXAMPLES[own.framework]}.py",
+                    EXAMPLES[own.framework])
+    if "--batch-size" not in rest:
+        rest += ["--batch-size", "32"]
+    args = example.parse_args(rest)
+    if own.worker:
+        return worker(own.framework, own.worker, args)
+    own.before = own.horovod_python = None  # what torch_training's launcher asks
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    impls = [i for i in own.impls.split(",") if i]
+    if "bound" not in impls:
+        impls.insert(0, "bound")
+    print(f"{own.framework}: model {args.model}, batch {args.batch_size}/rank, image "
+          f"{args.image_size}px, 1 thread/rank, np={own.np}, {args.num_iters} x "
+          f"{args.num_batches_per_iter} batches timed, {own.repeats} interleaved repeats, "
+          f"launch: {own.launch}", flush=True)
+    tt.compare(impls, own, ["--framework", own.framework, *rest], script=Path(__file__).resolve())
+
+
+if __name__ == "__main__":
+    sys.exit(main())
