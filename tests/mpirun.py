@@ -27,6 +27,18 @@ import numpy as np
 _out = {out!r}
 _init_kwargs = {init_kwargs!r}
 import horovodlite as hvd
+
+def wait_for_ranks(me, ranks, limit=15):
+    # Notes that rank `me` got this far, then waits (at most `limit` s) until every
+    # rank of `ranks` has too. For jobs where the first survivor to exit ends the job
+    # (the default launcher kills the rest when a rank exits without finalizing a
+    # broken world): every survivor reports its result first.
+    import time
+    open(os.path.join(_out, f"reached{{me}}"), "w").close()
+    deadline = time.time() + limit
+    while time.time() < deadline and not all(
+            os.path.exists(os.path.join(_out, f"reached{{q}}")) for q in ranks):
+        time.sleep(0.05)
 """
 
 _EPILOGUE = """

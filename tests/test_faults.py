@@ -592,11 +592,7 @@ def test_add_process_set_with_a_frozen_rank_fails_instead_of_hanging():
             out = (str(e), time.time() - t)
         # A survivor that exits after giving up ends the job under the default launcher
         # (it does not finalize a broken world): let the other survivor report first.
-        open(os.path.join(_out, f"gave_up{hvd.rank()}"), "w").close()
-        deadline = time.time() + 15
-        while time.time() < deadline and not all(
-                os.path.exists(os.path.join(_out, f"gave_up{q}")) for q in (0, 1)):
-            time.sleep(0.05)
+        wait_for_ranks(hvd.rank(), (0, 1))  # both survivors report first
         return out
     """, timeout=120, allow_failure=True, init_kwargs={"process_sets": "dynamic"},
         env={"HOROVODLITE_PEER_TIMEOUT_SECONDS": str(PEER_TIMEOUT)})
@@ -630,11 +626,7 @@ def test_a_failure_one_rank_sees_is_told_to_the_others():
             out = ("finished", time.time() - t)
         except Exception as e:
             out = (str(e), time.time() - t)
-        open(os.path.join(_out, f"gave_up{rank}"), "w").close()
-        deadline = time.time() + 15
-        while time.time() < deadline and not all(
-                os.path.exists(os.path.join(_out, f"gave_up{q}")) for q in (0, 1)):
-            time.sleep(0.05)
+        wait_for_ranks(rank, (0, 1))  # both survivors report first
         return out
     """, timeout=120, allow_failure=True, init=False)
     for r in (0, 1):
@@ -662,11 +654,7 @@ def main(hvd):
         hvd.shutdown()
     except Exception as e:
         out = (str(e), type(e).__name__, time.time() - t)
-    open(os.path.join(_out, f"done{rank}"), "w").close()
-    deadline = time.time() + 15  # let the others report before this one exits
-    while time.time() < deadline and not all(
-            os.path.exists(os.path.join(_out, f"done{q}")) for q in (0, 1)):
-        time.sleep(0.05)
+    wait_for_ranks(rank, (0, 1))  # both survivors report first
     return out
 """
 

@@ -302,11 +302,7 @@ def main(hvd):
         out = ("finished", "", time.time() - t)
     except Exception as e:
         out = (str(e), type(e).__name__, time.time() - t)
-    open(os.path.join(_out, f"gave_up{hvd.rank()}"), "w").close()
-    deadline = time.time() + 15
-    while time.time() < deadline and not all(
-            os.path.exists(os.path.join(_out, f"gave_up{q}")) for q in (0, 1)):
-        time.sleep(0.05)
+    wait_for_ranks(hvd.rank(), (0, 1))  # both survivors report first
     return out
 """, timeout=180, allow_failure=True, env={"HOROVODLITE_PEER_TIMEOUT_SECONDS": "3"})
     for r in (0, 1):
