@@ -273,6 +273,12 @@ def _take_posted():
     return bool(flag[0]), verdict
 
 
+def finish():
+    """At the end of training: waits for the flag the last commit posted (on this world),
+    so no collective of ours is still running when the rank leaves."""
+    _take_posted()
+
+
 def _start(plan):
     """Collective: starts processes on the hosts of `plan`; hosts where that fails
     are set aside (spawn errors are collective, so on every rank alike)."""

@@ -99,6 +99,24 @@ def reset(failure, update=None):
     return failure
 
 
+def _finish_together():
+    """Every rank leaves train() only once all have finished its collectives. A job that
+    grew is not MPI_Finalized (world.start_growth), so nothing else holds a finished
+    rank until its peers are done: one still completing its last commit took the
+    others' exit for a failure, re-formed the world at the last step and started
+    processes for their slots (seen in CI: a reset at step 60 of 60, two processes
+    spawned and joined after two ranks had finished). A failure now changes nothing:
+    training is over."""
+    from ..basics import HorovodInternalError
+    from ..ops import barrier
+
+    try:
+        hosts.finish()
+        barrier()
+    except HorovodInternalError:
+        pass
+
+
 def run_fn(func, reset_fn=reset):
     @functools.wraps(func)
     def wrapper(state, *args, **kwargs):
@@ -111,7 +129,9 @@ def run_fn(func, reset_fn=reset):
             try:
                 if not skip_sync:
                     state.sync()
-                return func(state, *args, **kwargs)
+                result = func(state, *args, **kwargs)
+                _finish_together()
+                return result
             except HorovodInternalError as e:
                 stats["last_failure_at"] = time.time()
                 world.mark_lost()
