@@ -351,3 +351,45 @@ def run_segments(hvd):
                 got = hvd.allreduce(x, op=OPS[opname], name=key)
                 ck.check(key, got, reference(all_inputs(dt, (count,), OPS[opname], n, key), OPS[opname]))
     return ck.result()
+
+
+def run_repeated(hvd, process_set=None, repeats=3):
+    """Synchronous allreduces one at a time, each name called `repeats` times with new
+    data: from the second call on the response cache answers, and on a set of two
+    ranks a small one rides with the vote (HOROVODLITE_VOTE_RIDER_BYTES). Every op x
+    dtype, out of place and in place, postscale and prescale (which never rides), and
+    one tensor above the rider limit. Returns the set's rider count with the results."""
+    from horovodlite._loader import _core
+    ps = process_set or hvd.global_process_set
+    if not ps.included():
+        return {"failures": [], "digests": {}, "rider_groups": None}
+    n, r = ps.size(), ps.rank()
+    kw = {} if process_set is None else {"process_set": process_set}
+    ck = Checker()
+    before = _core.stats(ps.process_set_id)
+    cases = [(dt, opname, shape) for dt in DTYPES for opname in OPS
+             for shape in ((), (17, 17), (n * 1031 + 1,))]
+    cases += [("float32", "Sum", (20000,))]  # 80000 bytes: above the default limit
+    for rep in range(repeats):
+        for dt, opname, shape in cases:
+            key = f"rep/{dt}/{opname}/{shape}"
+            data = f"{key}#{rep}"  # same name (cached), other data each time
+            op = OPS[opname]
+            x = make_input(dt, shape, op, r, n, data)
+            got = hvd.allreduce(x, op=op, name=key, **kw)
+            ck.check(f"{data}", got, reference(all_inputs(dt, shape, op, n, data), op))
+            y = make_input(dt, shape, op, r, n, data + "/in")
+            hvd.allreduce_(y, op=op, name=key + "/in", **kw)
+            ck.check(f"{data}/in", y, reference(all_inputs(dt, shape, op, n, data + "/in"), op))
+        for dt in ("float32", "int32"):
+            for pre, post in ((1.0, 3.0), (0.5, 1.0)):
+                key = f"rep/scaled/{dt}/{pre}/{post}"
+                data = f"{key}#{rep}"
+                x = make_input(dt, (33,), SUM, r, n, data)
+                got = hvd.allreduce(x, op=SUM, prescale_factor=pre, postscale_factor=post, name=key,
+                                    **kw)
+                ck.check(data, got, reference(all_inputs(dt, (33,), SUM, n, data), SUM, pre, post))
+    after = _core.stats(ps.process_set_id)
+    res = ck.result()
+    res["rider_groups"] = after["rider_groups"] - before["rider_groups"]
+    return res

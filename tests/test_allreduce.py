@@ -119,3 +119,44 @@ def test_pooled_outputs_stay_valid_and_are_reused():
     """)
     for r in res:
         assert all(r.values()), r
+
+
+RIDERS = {"HOROVODLITE_VOTE_RIDER_BYTES": "1048576"}  # every case below the pair limit rides
+
+
+@pytest.mark.parametrize("env,rides", [(RIDERS, True), ({}, True),
+                                       ({"HOROVODLITE_VOTE_RIDER_BYTES": "0"}, False)])
+def test_cached_allreduces_riding_with_the_vote_on_two_ranks(env, rides):
+    """Repeated (cached) allreduces on two ranks, whose data rides with the vote unless
+    the limit is 0: every result bitwise equal to numpy's and on both ranks."""
+    res = run_cases(2, """
+    def main(hvd):
+        return C.run_repeated(hvd)
+    """, env=env)
+    for rank, r in enumerate(res):
+        if rides:
+            assert r["rider_groups"] > 0, f"rank {rank}: no allreduce rode with the vote"
+        else:
+            assert r["rider_groups"] == 0, f"rank {rank}: {r['rider_groups']} rode with riders off"
+
+
+def test_riders_on_three_ranks_only_in_a_set_of_two():
+    """Riders forced on, three ranks: the global set (three) never takes them, the set of
+    ranks 0 and 2 does; all results are numpy's, bitwise equal across the set's ranks."""
+    res = run(3, PRELUDE.format(tests=_tests_dir()) + textwrap.dedent("""
+    def main(hvd):
+        pair = hvd.ProcessSet([0, 2])
+        hvd.init(process_sets=[pair])
+        return {"whole": C.run_repeated(hvd, repeats=2),
+                "pair": C.run_repeated(hvd, process_set=pair, repeats=2)}
+    """), env=RIDERS, init=False, timeout=300)
+    for which, ranks in (("whole", [0, 1, 2]), ("pair", [0, 2])):
+        first = res[ranks[0]][which]
+        assert first["digests"], f"{which}: no case ran"
+        for rank in ranks:
+            got = res[rank][which]
+            assert not got["failures"], f"{which}, rank {rank}:\n" + "\n".join(got["failures"][:30])
+            assert got["digests"] == first["digests"], f"{which}: rank {rank} differs bitwise"
+    assert all(res[r]["whole"]["rider_groups"] == 0 for r in range(3)), "the 3-rank set took riders"
+    assert res[0]["pair"]["rider_groups"] > 0 and res[2]["pair"]["rider_groups"] > 0
+    assert res[1]["pair"]["rider_groups"] is None

@@ -52,9 +52,16 @@ bool pair_allreduce_host(Transport& t, const Reducer& red, Buffer& scratch, cons
   t.irecv(peer, theirs, bytes);
   t.isend(peer, in, bytes);
   t.wait_all();
+  pair_combine(red, t.rank(), in, theirs, out, count, dt, op, postscale);
+  return true;
+}
+
+void pair_combine(const Reducer& red, int rank, const void* in, void* theirs, void* out,
+                  size_t count, DataType dt, ReduceOp op, double postscale) {
+  const size_t bytes = count * dtype_size(dt);
   // Both ranks compute rank 0's contribution op rank 1's, in that order, so the
   // results agree bit for bit also where the order matters (MIN/MAX with NaNs).
-  if (t.rank() == 0) {
+  if (rank == 0) {
     if (in != out) std::memcpy(out, in, bytes);
     red.reduce(out, theirs, count, dt, op);
   } else {
@@ -62,7 +69,6 @@ bool pair_allreduce_host(Transport& t, const Reducer& red, Buffer& scratch, cons
     std::memcpy(out, theirs, bytes);
   }
   red.scale(out, count, dt, postscale);
-  return true;
 }
 
 void ring_allreduce_host(Transport& t, const Reducer& red, Buffer& scratch, const AllreduceArgs& a,

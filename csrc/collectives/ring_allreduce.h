@@ -42,6 +42,12 @@ constexpr size_t kPairExchangeMaxBytes = size_t(1) << 20;
 bool pair_allreduce_host(Transport& t, const Reducer& red, Buffer& scratch, const void* in,
                          void* out, size_t count, DataType dt, ReduceOp op, double postscale);
 
+// What pair_allreduce_host does once the peer's input is here (`theirs`, which it may
+// overwrite): out = (rank 0's input op rank 1's) * postscale, the same bits on both
+// ranks. For a caller that got `theirs` another way (engine/controller.h: a rider).
+void pair_combine(const Reducer& red, int rank, const void* in, void* theirs, void* out,
+                  size_t count, DataType dt, ReduceOp op, double postscale);
+
 // `a` over every rank of `t`, `scratch` the caller's persistent receive buffer. In
 // place (in == out) or out of place without a prescale: the input is then only read,
 // where it lies, and `out` is written, never copied into first. Out of place with a

@@ -1,6 +1,7 @@
 #include "controller.h"
 
 #include <algorithm>
+#include <cstring>
 #include <stdexcept>
 
 #include "../common/logging.h"
@@ -73,7 +74,9 @@ RoundResult Controller::round(std::vector<Request> fresh, bool want_shutdown, Ti
   }
   for (uint32_t b : invalidate_) vote[1 + words_ + b / 64] &= ~(uint64_t(1) << (b % 64));
   invalidate_.clear();
+  int64_t rider_bit = -1;
   if (vote_) vote_(vote.data(), vote.size());
+  else if (rider_for_) rider_bit = vote_with_rider(vote);
   else t_.allreduce_and(vote.data(), vote.size());
   res.shutdown = !(vote[0] & kNoShutdown);
   bool do_gather = !(vote[0] & kNothingToSend);
@@ -106,11 +109,13 @@ RoundResult Controller::round(std::vector<Request> fresh, bool want_shutdown, Ti
     return res;
   }
   std::vector<Request> released;  // this rank's requests behind the cache hits (timeline)
+  bool rider_ready = false;
   for (size_t w = 0; w < words_; ++w) {
     uint64_t ready = vote[1 + w];
     while (ready) {
       uint32_t b = static_cast<uint32_t>(w * 64 + __builtin_ctzll(ready));
       ready &= ready - 1;
+      if (res.responses.empty() && b == rider_bit) rider_ready = true;
       res.responses.push_back(cache_.response(b));
       res.responses.back().from_cache = true;
       cache_.touch(b);
@@ -164,7 +169,49 @@ RoundResult Controller::round(std::vector<Request> fresh, bool want_shutdown, Ti
     res.responses.insert(res.responses.end(), std::make_move_iterator(decoded.begin() + 1),
                          std::make_move_iterator(decoded.end()));
   }
+  // Both ranks decide this from the same exchanged headers and the same vote.
+  if (rider_ready && res.responses.size() == 1)
+    res.peer_input = rider_in_.data() + vote.size() * sizeof(uint64_t) + 2 * sizeof(uint64_t);
   return res;
+}
+
+void Controller::set_riders(size_t max_bytes, RiderFor f) {
+  if (t_.size() != 2 || vote_ || max_bytes == 0 || !f) return;
+  rider_max_ = max_bytes;
+  rider_for_ = std::move(f);
+}
+
+// Each message: [vote words][cache bit + 1, or 0: no rider][rider bytes][rider].
+int64_t Controller::vote_with_rider(std::vector<uint64_t>& vote) {
+  const size_t vote_bytes = vote.size() * sizeof(uint64_t), head = vote_bytes + 2 * sizeof(uint64_t);
+  uint64_t mine[2] = {0, 0};
+  Rider r;
+  // Only a lone cached tensor rides: with more, the round runs more than one response.
+  if (pending_cached_.size() == 1 && unsent_.empty()) {
+    const uint32_t bit = pending_cached_.begin()->first;
+    r = rider_for_(cache_.response(bit));
+    if (r.data && r.bytes <= rider_max_) mine[0] = uint64_t(bit) + 1, mine[1] = r.bytes;
+  }
+  const size_t out_bytes = head + (mine[0] ? r.bytes : 0);
+  if (rider_out_.size() < out_bytes) rider_out_.resize(out_bytes);
+  std::memcpy(rider_out_.data(), vote.data(), vote_bytes);
+  std::memcpy(rider_out_.data() + vote_bytes, mine, sizeof mine);
+  if (mine[0]) std::memcpy(rider_out_.data() + head, r.data, r.bytes);
+  if (rider_in_.size() < head + rider_max_) rider_in_.resize(head + rider_max_);
+  const size_t got = t_.exchange_pair(rider_out_.data(), out_bytes, rider_in_.data(), head + rider_max_);
+  if (got < head)
+    throw std::runtime_error("horovodlite: the negotiation message from rank " +
+                             std::to_string(1 - t_.rank()) + " has " + std::to_string(got) +
+                             " bytes, fewer than the " + std::to_string(head) + " of a vote");
+  uint64_t theirs[2];
+  std::memcpy(theirs, rider_in_.data() + vote_bytes, sizeof theirs);
+  for (size_t i = 0; i < vote.size(); ++i) {
+    uint64_t w;
+    std::memcpy(&w, rider_in_.data() + i * sizeof w, sizeof w);
+    vote[i] &= w;
+  }
+  const bool same = mine[0] && mine[0] == theirs[0] && mine[1] == theirs[1] && got == head + mine[1];
+  return same ? static_cast<int64_t>(mine[0] - 1) : -1;
 }
 
 void Controller::executed(const Response& r, const Request* local) {

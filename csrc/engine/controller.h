@@ -6,6 +6,13 @@
 //   3. only then: gather the uncached requests to the coordinator, broadcast its answer.
 // In steady state (same tensors every step) a round is step 2 alone.
 //
+// Two ranks whose vote goes over the transport may also send, with the vote, the input
+// of their one pending cached tensor (a "rider", set_riders()). When both sent the same
+// cached tensor and it is all the round runs, the round ends with the peer's input in
+// hand (RoundResult::peer_input), and the allreduce needs no exchange of its own: one
+// round trip instead of two. Otherwise the rider is dropped and the tensor runs as
+// usual; the vote is the same AND either way.
+//
 // A rank whose caller is still in the middle of a burst of submissions says so in the
 // vote. If some cached tensors are then ready on some ranks but not on all, the round
 // runs nothing and the next one follows when that rank asks for results (or after
@@ -32,6 +39,16 @@ struct RoundResult {
   bool shutdown = false;            // some rank asked to shut down
   bool cache_only = true;           // no gather/broadcast was needed
   std::optional<Tunables> tunables;  // rank 0 changed them: apply before executing
+  // Two ranks, riders on: responses is exactly one cached tensor, and this is the
+  // peer's input for it, which rode with the vote (valid until the next round).
+  void* peer_input = nullptr;
+};
+
+// The input a cached response's tensor would send with the vote, or {} when it may
+// not ride (the engine decides: op, device, size).
+struct Rider {
+  const void* data = nullptr;
+  size_t bytes = 0;
 };
 
 class Controller {
@@ -52,6 +69,12 @@ class Controller {
   // every rank: engine/shm_vote.h); set before the first round, on every rank alike.
   using Vote = std::function<void(uint64_t* words, size_t n)>;
   void set_vote(Vote v) { vote_ = std::move(v); }
+  // Riders of at most `max_bytes` (see above); set before the first round on every rank
+  // alike, after set_vote(). Does nothing unless the set has two ranks and votes over
+  // the transport: its vote then always goes through Transport::exchange_pair.
+  using RiderFor = std::function<Rider(const Response& cached)>;
+  void set_riders(size_t max_bytes, RiderFor f);
+  bool riders_on() const { return static_cast<bool>(rider_for_); }
   // After a response ran: cache it (identically on every rank).
   void executed(const Response& r, const Request* local);
   // When this rank needs a round for its own timers (stall checks, cached requests
@@ -65,6 +88,9 @@ class Controller {
     Clock::time_point since;
   };
   void requeue(uint32_t bit);
+  // The vote as one exchange with the peer, this rank's rider with it when it has one;
+  // returns the cache bit both ranks sent a rider for (equal tensors), or -1.
+  int64_t vote_with_rider(std::vector<uint64_t>& vote);
   void report_cached_readiness(const std::vector<Request>& released,
                                const std::vector<Response>& responses, Timeline* timeline);
 
@@ -82,6 +108,9 @@ class Controller {
   double cached_report_s_;
   size_t words_;
   Vote vote_;  // empty: the transport's
+  RiderFor rider_for_;  // empty: no riders
+  size_t rider_max_ = 0;
+  std::vector<char> rider_out_, rider_in_;  // the exchanged messages, kept for their capacity
 };
 
 }  // namespace hvdl

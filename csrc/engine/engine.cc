@@ -235,7 +235,7 @@ std::map<std::string, uint64_t> Engine::stats(int id) {
           {"tensors", s.tensors}, {"bytes", s.bytes}, {"fresh_rounds", s.fresh_rounds},
           {"submit_to_round_ns", s.submit_to_round_ns}, {"negotiate_ns", s.negotiate_ns},
           {"execute_ns", s.execute_ns}, {"ring_wakes", s.ring_wakes},
-          {"ring_to_round_ns", s.ring_to_round_ns}};
+          {"ring_to_round_ns", s.ring_to_round_ns}, {"rider_groups", s.rider_groups}};
 }
 
 

@@ -91,6 +91,12 @@ std::unique_ptr<TensorEntry> TensorQueue::take(const std::string& name) {
   return e;
 }
 
+const TensorEntry* TensorQueue::find(const std::string& name) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = table_.find(name);
+  return it == table_.end() ? nullptr : it->second.get();
+}
+
 bool TensorQueue::has_in_flight() {
   std::lock_guard<std::mutex> l(mu_);
   return !table_.empty();

@@ -63,6 +63,9 @@ class TensorQueue {
   std::vector<Request> take_fresh(bool* arriving = nullptr);
   static constexpr std::chrono::microseconds kBurstGap{100};
   std::unique_ptr<TensorEntry> take(const std::string& name);
+  // The entry `name` while it stays queued (only the worker thread takes entries, so
+  // it may use the pointer until it takes it), or null.
+  const TensorEntry* find(const std::string& name);
   bool has_in_flight();
   // Names of every tensor submitted and not yet executed (sorted).
   std::vector<std::string> in_flight_names();

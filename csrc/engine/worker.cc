@@ -10,6 +10,8 @@
 #include "collective_op.h"
 #include "fault_injection.h"
 #include "fusion_planner.h"
+#include "ops/op_util.h"
+#include "../collectives/ring_allreduce.h"
 
 namespace hvdl {
 
@@ -82,6 +84,10 @@ Worker::Worker(std::unique_ptr<Transport> t, EngineParams p, int id, EngineState
   vote_ = make_vote(*transport_, host_of_member, p.settings, controller_.vote_words());
   if (vote_)
     controller_.set_vote([v = vote_.get()](uint64_t* words, size_t n) { v->allreduce_and(words, n); });
+  const long long rider_max = p.settings.integer(Setting::VOTE_RIDER_BYTES);
+  if (rider_max > 0)
+    controller_.set_riders(std::min<size_t>(rider_max, kPairExchangeMaxBytes),
+                           [this](const Response& r) { return rider_for(r); });
   shown_.fusion_threshold = p.fusion_threshold;
   shown_.cycle_time_ms = p.cycle_time_ms;
   shown_.segment_bytes = p.segment_bytes;
@@ -112,6 +118,8 @@ std::map<std::string, std::string> Worker::report() const {
       {"allreduce", allreduce_algorithm()},
       {"wakeup", doorbell_ ? "futex" : "poll"},
       {"negotiation", vote_ ? "shm" : "transport"},
+      {"vote_riders", controller_.riders_on() ? "on" : "off"},
+      {"vote_rider_bytes", s(p.settings.integer(Setting::VOTE_RIDER_BYTES))},
       {"peer_timeout_s", s(p.peer_timeout_s)},
       {"failure_report_dir", p.failure_report_dir},
       {"tcp_min_bytes", s(p.settings.integer(Setting::TCP_MIN_BYTES))},
@@ -286,7 +294,7 @@ void Worker::loop() {
       if (res.tunables) apply(*res.tunables);  // every rank, before this round's work
       const auto agreed = Clock::now();
       stats_.negotiate_ns += duration_cast<nanoseconds>(agreed - started).count();
-      uint64_t bytes = execute(res.responses, tl, agreed);
+      uint64_t bytes = execute(res.responses, tl, agreed, res.peer_input);
       stats_.execute_ns += duration_cast<nanoseconds>(Clock::now() - agreed).count();
       if (tuner_) tuner_->record(res.responses, bytes, Clock::now());
       if (res.shutdown) running_ = false;
@@ -352,8 +360,20 @@ void Worker::apply(const Tunables& t) {
                   << (t.final ? " (final)" : "");
 }
 
+// A host allreduce the pair exchange would run (ring_allreduce.h), unscaled before the
+// reduction, whose input and output this rank holds.
+Rider Worker::rider_for(const Response& r) {
+  if (r.op != OpType::ALLREDUCE || !r.ok() || r.device >= 0 || r.prescale != 1.0 ||
+      r.reduce_op == ReduceOp::ADASUM)
+    return {};
+  const TensorEntry* e = queue_.find(r.name);
+  const size_t bytes = tensor_bytes(r.shape, r.dtype);
+  if (!e || !e->input || !e->output || e->req.device >= 0 || bytes == 0) return {};
+  return {e->input, bytes};
+}
+
 uint64_t Worker::execute(const std::vector<Response>& responses, Timeline* tl,
-                         Clock::time_point agreed) {
+                         Clock::time_point agreed, void* peer_input) {
   uint64_t total_bytes = 0;
   std::vector<size_t> sizes;
   std::string abandoned;
@@ -396,7 +416,16 @@ uint64_t Worker::execute(const std::vector<Response>& responses, Timeline* tl,
         ctx.broadcast = params_.broadcast;
         ctx.phases = tl ? &trace : nullptr;
         dev->begin(entries);
-        op->execute(ctx, group, entries);
+        if (peer_input && group.size() == 1 && entries[0]) {
+          // The controller checked that both ranks sent this tensor: the exchange is done.
+          PhaseScope p(ctx.phases, "VOTE_RIDER_REDUCE");
+          stats_.rider_groups++;
+          const auto [rop, post] = ops::effective_reduction(head, transport_->size());
+          pair_combine(ctx.reducer, transport_->rank(), entries[0]->input, peer_input,
+                       entries[0]->output, ops::numel(head.shape), head.dtype, rop, post);
+        } else {
+          op->execute(ctx, group, entries);
+        }
         dev->end();
         stats_.groups++;
         stats_.tensors += group.size();

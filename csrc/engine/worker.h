@@ -61,6 +61,8 @@ struct WorkerStats {
   // this rank starting that round (counted in ring_wakes).
   std::atomic<uint64_t> fresh_rounds{0}, submit_to_round_ns{0}, negotiate_ns{0}, execute_ns{0};
   std::atomic<uint64_t> ring_wakes{0}, ring_to_round_ns{0};
+  // Allreduces whose data rode with the vote (controller.h): no exchange of their own.
+  std::atomic<uint64_t> rider_groups{0};
 };
 
 class Worker {
@@ -98,7 +100,11 @@ class Worker {
         std::chrono::duration<double, std::milli>(params_.cycle_time_ms));
   }
   // Returns the bytes executed (what the autotuner scores).
-  uint64_t execute(const std::vector<Response>& responses, Timeline* tl, Clock::time_point agreed);
+  // `peer_input`: RoundResult's (the one response's peer input rode with the vote).
+  uint64_t execute(const std::vector<Response>& responses, Timeline* tl, Clock::time_point agreed,
+                   void* peer_input = nullptr);
+  // What this rank's pending tensor for `cached` sends with the vote, or {} (controller.h).
+  Rider rider_for(const Response& cached);
   void apply(const Tunables& t);
 
   std::unique_ptr<Transport> transport_;

@@ -42,14 +42,14 @@ void check(int rc, const char* what) {
 // the collective) may end it with an exception. Short waits never pay for them.
 template <class Check>
 void wait_polite(MPI_Request* reqs, int n, MPI_Comm comm, const char* what, WaitWatch& watch,
-                 Check&& check) {
+                 Check&& check, MPI_Status* statuses = MPI_STATUSES_IGNORE) {
   using namespace std::chrono;
   auto start = steady_clock::now();
   auto checked = start;
   auto nap = microseconds(2);
   for (;;) {
     int flag = 0;
-    int rc = MPI_Testall(n, reqs, &flag, MPI_STATUSES_IGNORE);
+    int rc = MPI_Testall(n, reqs, &flag, statuses);
     if (rc != MPI_SUCCESS) mpi_failures::raise(comm, rc, what);
     if (flag) return;
     auto now = steady_clock::now();
@@ -73,6 +73,9 @@ void wait_polite(MPI_Request* reqs, int n, MPI_Comm comm, const char* what, Wait
 // half way (a local error during its execution), so the data stream between the
 // ranks of this set is out of step and nobody may wait on it any more.
 constexpr uint64_t kAbandoned = UINT64_MAX;
+
+// exchange_pair()'s messages on the negotiation communicator.
+constexpr int kPairTag = 7;
 
 class MpiTransport : public Transport {
  public:
@@ -225,6 +228,24 @@ class MpiTransport : public Transport {
     bytes.resize(static_cast<size_t>(len));
     check(MPI_Ibcast(bytes.data(), static_cast<int>(len), MPI_BYTE, root, ctrl_, &r), "MPI_Ibcast");
     wait(&r, 1, ctrl_, "negotiation");
+  }
+
+  // On the negotiation communicator, whose collectives never match point-to-point
+  // messages; every rank of a pair calls it in the same round, so one tag serves.
+  size_t exchange_pair(const void* mine, size_t bytes, void* theirs, size_t max_bytes) override {
+    if (size_ != 2) return Transport::exchange_pair(mine, bytes, theirs, max_bytes);
+    const int peer = 1 - rank_;
+    MPI_Request r[2];
+    MPI_Status st[2];
+    check(MPI_Irecv(theirs, static_cast<int>(max_bytes), MPI_BYTE, peer, kPairTag, ctrl_, &r[0]),
+          "MPI_Irecv");
+    check(MPI_Isend(mine, static_cast<int>(bytes), MPI_BYTE, peer, kPairTag, ctrl_, &r[1]),
+          "MPI_Isend");
+    WaitWatch w(&watched_, 0, "negotiation");
+    wait_polite(r, 2, ctrl_, "negotiation", w, [this] { watch(); }, st);
+    int got = 0;
+    check(MPI_Get_count(&st[0], MPI_BYTE, &got), "MPI_Get_count");
+    return static_cast<size_t>(got);
   }
 
   void barrier() override {

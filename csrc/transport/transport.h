@@ -34,6 +34,11 @@ class Transport {
   // root's bytes end up in `bytes` on every rank.
   virtual void broadcast(std::string& bytes, int root) = 0;
   virtual void barrier() = 0;
+  // Two ranks only: send `bytes` of `mine` to the other rank and receive its message,
+  // of at most `max_bytes`, into `theirs`; returns its length. One round trip where
+  // the transport can (MPI: a send and a receive); here, for any transport, a gather
+  // and a broadcast. The messages of one call may differ in length.
+  virtual size_t exchange_pair(const void* mine, size_t bytes, void* theirs, size_t max_bytes);
 
   // Collective over this group: the ranks passing the same color form a new group,
   // ordered by key. Used to carve the per-host and cross-host groups out of a set.
