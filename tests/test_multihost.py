@@ -23,6 +23,27 @@ def digest(a):
     return hashlib.sha1(np.ascontiguousarray(a).tobytes()).hexdigest()
 
 
+def repeated(hvd, ps, tag, bad):
+    """Allreduces called again by the same names (the response cache answers), one at
+    a time: on a set of two ranks on two hosts their data rides with the vote. Returns
+    how many did."""
+    n, r = ps.size(), ps.rank()
+    before = _core.stats(ps.process_set_id)["rider_groups"]
+    for rep in range(3):
+        for dt in ("float32", "int64", "float16"):
+            for op in (hvd.Sum, hvd.Average, hvd.Max):
+                if op == hvd.Average and np.dtype(dt).kind in "iu":
+                    continue
+                for count in (1, 1000 * n + 3):
+                    name = f"{tag}.rep.{np.dtype(dt).name}.{op}.{count}"
+                    x = lambda j: data(dt, (count,), count + rep, j, -3, 4)
+                    got = hvd.allreduce(x(r), op=op, name=name, process_set=ps)
+                    want = reduce_ref([x(j) for j in range(n)], op, n)
+                    if not same(got, want):
+                        bad.append(f"rank {r}: {name} #{rep}: got {got[:5]}, want {want[:5]}")
+    return _core.stats(ps.process_set_id)["rider_groups"] - before
+
+
 def main(hvd):
     bad, seen = [], {}
     r = int(os.environ["OMPI_COMM_WORLD_RANK"])
@@ -69,6 +90,8 @@ def main(hvd):
         for i, h in enumerate(hs):
             got = hvd.synchronize(h)
             seen[f"{path}.fused.{i}"] = digest(got)
+        if path == "hierarchical":
+            info["riders"] = repeated(hvd, hvd.global_process_set, path, bad)
         if path == "flat":
             run_all(hvd, hvd.global_process_set, "world", bad)
             fl = rng.standard_normal((n * 3 + 1, 5)).astype(np.float32) + r
@@ -84,6 +107,7 @@ def main(hvd):
     for ps in sets:
         if r in ps.ranks:
             run_all(hvd, ps, f"span{ps.ranks}", bad)
+            info[f"riders{ps.ranks}"] = repeated(hvd, ps, f"span{ps.ranks}", bad)
     hvd.barrier()
     hvd.shutdown()
     return {"bad": bad, "seen": seen, "info": info}
@@ -129,6 +153,21 @@ def test_allreduce_paths(job):
         # across hosts the hierarchical path is the automatic choice, also with one
         # rank per host (its cross-host ring runs over direct TCP)
         assert res["info"]["hierarchical"] == "hierarchical"
+
+
+def test_small_cached_allreduces_ride_with_the_vote_only_in_sets_of_two(job):
+    """Across hosts riders are on by default (VOTE_RIDER_BYTES auto) and taken by sets of
+    two ranks only; their results are checked with the rest (test_every_collective...)."""
+    hosts, slots, _, results = job
+    n = hosts * slots
+    for r, res in enumerate(results):
+        info = res["info"]
+        if n == 2:
+            assert info["riders"] > 0, f"rank {r}: no allreduce rode with the vote"
+        else:
+            assert info["riders"] == 0, f"rank {r}: {info['riders']} riders in a set of {n}"
+        if r in (0, n - 1):  # the set [0, n-1]: two ranks on two hosts
+            assert info[f"riders{[0, n - 1]}"] > 0, f"rank {r}: none rode in the set [0, {n - 1}]"
 
 
 FALLBACK = r'''

@@ -119,6 +119,9 @@ class Worker {
   DeviceSet devices_;  // host memory and the GPU this process uses, with their buffers
   std::unique_ptr<Doorbell> doorbell_;  // null: wake-ups through the transport, polled
   std::unique_ptr<ShmVote> vote_;       // null: the vote goes through the transport
+  // VOTE_RIDER_BYTES as it applies to this set (controller.h's riders), its auto value.
+  long long rider_max_ = 0;
+  static constexpr long long kAutoRiderBytes = 64 << 10;
   WorkerStats stats_;
   uint64_t round_ = 1;
   bool running_ = true;
