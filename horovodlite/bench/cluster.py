@@ -246,7 +246,10 @@ def main(argv):
                               mtu=args.link_mtu) as c:
                 print(c.describe(), flush=True)
                 cmd = [find_mpirun(), "-n", str(H * L + P), "--bind-to", "none", *c.mpirun_args()]
-                for v in ("PATH", "PYTHONPATH", "LD_LIBRARY_PATH", "PYTHONUNBUFFERED"):
+                # The engine's knobs too, as horovodlite-run forwards them: each host
+                # reads its own environment at init().
+                knobs = sorted(v for v in env if v.startswith(("HOROVODLITE_", "HOROVOD_")))
+                for v in ("PATH", "PYTHONPATH", "LD_LIBRARY_PATH", "PYTHONUNBUFFERED", *knobs):
                     if v in env:
                         cmd += ["-x", v]
                 cmd += [sys.executable, "-m", "horovodlite.bench.cluster", "--job", json.dumps(opts)]
