@@ -34,39 +34,23 @@ void check(int rc, const char* what) {
 
 // OpenMPI's blocking calls spin at full speed while waiting for a peer, which on a
 // machine with fewer cores than threads starves the very peer being waited for.
-// We wait politely instead: test briefly, then yield, then sleep with a growing
-// interval. Each MPI_Test also drives progress (e.g. the single-copy transfers).
-// No wait is without a way out: an error return (a failed peer under ULFM, a revoked
-// communicator) ends it, and once a millisecond of waiting `watch` (watched_wait.h:
-// a failed member, the deadline if it has one) and `check()` (a peer that abandoned
-// the collective) may end it with an exception. Short waits never pay for them.
+// We wait politely instead (wait_until, watched_wait.h: test briefly, then yield,
+// then sleep with a growing interval). Each MPI_Test also drives progress (e.g. the
+// single-copy transfers). No wait is without a way out: an error return (a failed peer
+// under ULFM, a revoked communicator) ends it, and once a millisecond of waiting
+// `watch` (a failed member, the deadline if it has one) and `check()` (a peer that
+// abandoned the collective) may end it with an exception.
 template <class Check>
 void wait_polite(MPI_Request* reqs, int n, MPI_Comm comm, const char* what, WaitWatch& watch,
                  Check&& check) {
-  using namespace std::chrono;
-  auto start = steady_clock::now();
-  auto checked = start;
-  auto nap = microseconds(2);
-  for (;;) {
-    int flag = 0;
-    int rc = MPI_Testall(n, reqs, &flag, MPI_STATUSES_IGNORE);
-    if (rc != MPI_SUCCESS) mpi_failures::raise(comm, rc, what);
-    if (flag) return;
-    auto now = steady_clock::now();
-    auto waited = now - start;
-    if (waited < microseconds(20)) continue;
-    if (now - checked >= milliseconds(1)) {
-      checked = now;
-      watch.check();
-      check();
-    }
-    if (waited < microseconds(200)) {
-      std::this_thread::yield();
-      continue;
-    }
-    std::this_thread::sleep_for(nap);
-    nap = std::min(nap * 2, microseconds(100));
-  }
+  wait_until(
+      [&] {
+        int flag = 0;
+        int rc = MPI_Testall(n, reqs, &flag, MPI_STATUSES_IGNORE);
+        if (rc != MPI_SUCCESS) mpi_failures::raise(comm, rc, what);
+        return flag != 0;
+      },
+      watch, check);
 }
 
 // A wake-up carrying this instead of a round number: the sender gave up a collective
