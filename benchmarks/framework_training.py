@@ -69,14 +69,7 @@ def worker(framework, impl, args):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--framework", required=True, choices=sorted(EXAMPLES))
-    ap.add_argument("--worker", choices=IMPLS, help=argparse.SUPPRESS)
-    ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--np", type=int, default=2)
-    ap.add_argument("--impls", default=",".join(IMPLS))
-    ap.add_argument("--launch", default="mpirun-yield",
-                    choices=("mpirun-yield", "mpirun", "mpirun-unbound", "horovodlite-run"))
-    ap.add_argument("--timeout", type=int, default=900)
-    ap.add_argument("--verbose", action="store_true", help="CPU per thread name")
+    tt.compare_arguments(ap, IMPLS, timeout=900)
     own, rest = ap.parse_known_args()
     example = _load(HERE.parent / "examples" / f"{EXAMPLES[own.framework]}.py",
                     EXAMPLES[own.framework])

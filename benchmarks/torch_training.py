@@ -310,6 +310,26 @@ def _available(impl, own):
     return horovod_python(own.horovod_python) is not None
 
 
+def compare_arguments(ap, impls, timeout, own_arguments=None):
+    """Adds to `ap` the options compare() and its launcher read (--worker, --repeats,
+    --np, --impls, --launch, --timeout, --verbose), alike in every script that uses
+    them (framework_training.py too). `impls`: the script's implementations (--worker's
+    choices, --impls' default); `timeout`: --timeout's default, seconds per launch;
+    `own_arguments(ap)`: adds the script's own options, listed after --launch."""
+    ap.add_argument("--worker", choices=impls, help=argparse.SUPPRESS)
+    # --impls also takes horovodlite:NAME=VALUE[:NAME=VALUE] (HOROVODLITE_ settings)
+    # and IMPL@LAUNCH (that implementation started the --launch way LAUNCH).
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--np", type=int, default=2)
+    ap.add_argument("--impls", default=",".join(impls))
+    ap.add_argument("--launch", default="mpirun-yield",
+                    choices=("mpirun-yield", "mpirun", "mpirun-unbound", "horovodlite-run"))
+    if own_arguments:
+        own_arguments(ap)
+    ap.add_argument("--timeout", type=int, default=timeout)
+    ap.add_argument("--verbose", action="store_true", help="CPU per thread name")
+
+
 def compare(impls, own, passthrough, script=None):
     """Runs every impl once per repeat (the order rotating) and prints the table: img/s
     and the fraction of the same repeat's bound. `script`: the worker (default: this
@@ -357,17 +377,7 @@ def compare(impls, own, passthrough, script=None):
 
 
 
-def main():
-    ex = _example()
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--worker", choices=IMPLS, help=argparse.SUPPRESS)
-    # --impls also takes horovodlite:NAME=VALUE[:NAME=VALUE] (HOROVODLITE_ settings)
-    # and IMPL@LAUNCH (that implementation started the --launch way LAUNCH).
-    ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--np", type=int, default=2)
-    ap.add_argument("--impls", default=",".join(IMPLS))
-    ap.add_argument("--launch", default="mpirun-yield",
-                    choices=("mpirun-yield", "mpirun", "mpirun-unbound", "horovodlite-run"))
+def _own_arguments(ap):
     ap.add_argument("--pin", action="store_true")
     ap.add_argument("--before", metavar="PYTHON",
                     help="also run horovodlite-before: the python of another installation "
@@ -375,8 +385,12 @@ def main():
     ap.add_argument("--horovod-python", metavar="PYTHON",
                     help="a python that imports horovod.torch (default: this one, then "
                          ".venv-horovod/bin/python)")
-    ap.add_argument("--timeout", type=int, default=600)
-    ap.add_argument("--verbose", action="store_true", help="CPU per thread name")
+
+
+def main():
+    ex = _example()
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    compare_arguments(ap, IMPLS, timeout=600, own_arguments=_own_arguments)
     own, rest = ap.parse_known_args()
     if "--model" not in rest:
         rest += ["--model", "smallcnn"]

@@ -154,8 +154,9 @@ CASES = {
     "DYNAMIC_PROCESS_SETS": ("1", lambda log: dynamic_sets_work()),
     "PEER_TIMEOUT_SECONDS": ("17", lambda log: float(rep("peer_timeout_s")) == 17),
     "FAILURE_REPORT_DIR": (TMP + "/", lambda log: rep("failure_report_dir") == TMP + "/"),
-    "TCP_TRANSPORT": ("0", lambda log: "across hosts over MPI" in log and rep("tcp_timeout_s") is None,
-                      None, TWO_PRETEND_HOSTS),
+    # Without TCP no block crosses another way: the path reports no threshold.
+    "TCP_TRANSPORT": ("0", lambda log: "across hosts over MPI" in log and rep("tcp_timeout_s") is None
+                      and rep("tcp_min_bytes") is None, None, TWO_PRETEND_HOSTS),
     # The TCP transport's own values, as it took them (absent without one): it chose its
     # address by the list, where pretend hosts alone would take loopback without one.
     "TCP_IF_INCLUDE": ("lo", lambda log: "across hosts over TCP" in log and
@@ -165,7 +166,9 @@ CASES = {
                             float(rep("tcp_timeout_s") or "nan") == 42, None, TWO_PRETEND_HOSTS),
     "TCP_SPIN_US": ("7", lambda log: "across hosts over TCP" in log and
                     rep("tcp_spin_us") == "7", None, TWO_PRETEND_HOSTS),
-    "TCP_MIN_BYTES": ("4096", lambda log: int(rep("tcp_min_bytes")) == 4096),
+    # The threshold the hierarchical path over TCP runs with, as it reports it.
+    "TCP_MIN_BYTES": ("4096", lambda log: "across hosts over TCP" in log and
+                      rep("tcp_min_bytes") == "4096", None, TWO_PRETEND_HOSTS),
 }
 
 def init_capturing_stderr():

@@ -9,7 +9,9 @@
 //   device_ring_path.cc   the ring on GPU memory, over a staging or CUDA-aware transport
 #pragma once
 #include <cstddef>
+#include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "../common/buffer.h"
@@ -64,6 +66,9 @@ class AllreducePath {
   virtual bool takes_spans() const { return false; }
   // Whether it needs every span in place (in == out): the caller copies first.
   virtual bool in_place_only() const { return false; }
+  // Adds the values it runs with that no setting alone tells (the engine's report,
+  // Worker::report), by key; most paths have none.
+  virtual void report(std::map<std::string, std::string>& out) const { (void)out; }
 };
 
 // ---- the paths, one file each ----

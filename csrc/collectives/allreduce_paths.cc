@@ -23,6 +23,11 @@ AllreducePaths& AllreducePaths::chooser(std::unique_ptr<PathChooser> c) {
   return *this;
 }
 
+void AllreducePaths::report(std::map<std::string, std::string>& out) const {
+  for (const auto* list : {&first_, &contenders_})
+    for (const auto& p : *list) p->report(out);
+}
+
 bool AllreducePaths::takes_spans() const {
   for (auto* list : {&first_, &contenders_})
     for (auto& p : *list)

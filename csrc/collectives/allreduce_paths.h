@@ -59,6 +59,8 @@ class AllreducePaths {
   // values, tcp_transport.h), or null.
   void set_cross_tcp(const TcpInfo& i) { cross_tcp_ = std::make_unique<TcpInfo>(i); }
   const TcpInfo* cross_tcp() const { return cross_tcp_.get(); }
+  // Every path's AllreducePath::report().
+  void report(std::map<std::string, std::string>& out) const;
 
  private:
   std::string name_;

@@ -25,6 +25,10 @@ class HierarchicalPath final : public AllreducePath {
         small_bytes_(small_bytes) {}
   const char* name() const override { return "hierarchical"; }
   bool can_run(const AllreducePlan&) const override { return true; }
+  // The small blocks' threshold only where they have another way across (over TCP).
+  void report(std::map<std::string, std::string>& out) const override {
+    if (cross_small_) out["tcp_min_bytes"] = std::to_string(small_bytes_);
+  }
 
   void run(AllreducePlan& plan) override {
     for (const Span& s : plan.spans)

@@ -10,7 +10,6 @@
 #include <algorithm>
 #include <cctype>
 #include <chrono>
-#include <thread>
 #include <stdexcept>
 
 #include "../../cuda/gpu_kernels.h"
@@ -89,6 +88,12 @@ class KernelReducer final : public Reducer {
 };
 
 class CudaDevice final : public Device {
+  // How end() waits for the stream: short kernels end within microseconds, so it
+  // yields between tests at first (no back-to-back spin), then sleeps a little longer
+  // each time, at most 50 us of added latency, so a long kernel costs no CPU.
+  static constexpr WaitPace kStreamPace{std::chrono::microseconds(0), std::chrono::microseconds(200),
+                                        std::chrono::microseconds(50)};
+
  public:
   CudaDevice(int ordinal, Transport& host, size_t staging_segment_bytes)
       : ordinal_(ordinal), host_(host), staging_segment_bytes_(staging_segment_bytes), stream_(create_stream(ordinal)), reducer_(stream_),
@@ -173,32 +178,21 @@ class CudaDevice final : public Device {
   // peers on the GPU, so after a lost peer cudaStreamSynchronize would never return.
   // Then NCCL's communicator is aborted, which ends those kernels, and the wait fails.
   void end() override {
-    using namespace std::chrono;
     gpu::event_record(done_, stream_);
     WaitWatch watch(host_.watched_ranks(), 0, "waiting for the GPU stream");
-    const auto start = steady_clock::now();
-    auto checked = start;
-    auto nap = microseconds(2);
-    while (!gpu::event_query(done_)) {
-      const auto now = steady_clock::now();
-      if (now - checked >= milliseconds(1)) {
-        checked = now;
-        try {
-          watch.check();
-          host_.check_alive();
-        } catch (...) {
-          if (nccl_) nccl_->abort();  // the paths still refer to it: aborted, not freed
-          throw;
-        }
-      }
-      // Short kernels end within microseconds: spin first, then sleep a little longer
-      // each time (at most 50 us of added latency) so a long one costs no CPU.
-      if (now - start < microseconds(200)) {
-        std::this_thread::yield();
-        continue;
-      }
-      std::this_thread::sleep_for(nap);
-      nap = std::min(nap * 2, microseconds(50));
+    bool querying = false;  // a CUDA error is not a lost peer: NCCL is left as it is
+    try {
+      wait_until(
+          [&] {
+            querying = true;
+            const bool done = gpu::event_query(done_);
+            querying = false;
+            return done;
+          },
+          watch, [this] { host_.check_alive(); }, kStreamPace);
+    } catch (...) {
+      if (nccl_ && !querying) nccl_->abort();  // the paths still refer to it: aborted, not freed
+      throw;
     }
   }
 

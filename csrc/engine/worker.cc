@@ -128,16 +128,18 @@ std::map<std::string, std::string> Worker::report() const {
       {"vote_rider_bytes", s(rider_max_)},
       {"peer_timeout_s", s(p.peer_timeout_s)},
       {"failure_report_dir", p.failure_report_dir},
-      {"tcp_min_bytes", s(p.settings.integer(Setting::TCP_MIN_BYTES))},
   };
+  // What the paths run with, by their own account (the hierarchical path over TCP:
+  // tcp_min_bytes, the threshold it sends small blocks over MPI by).
+  allreduce_->report(r);
   // The direct TCP transport's own values, when one runs (hierarchical, across hosts).
   if (const TcpInfo* tcp = allreduce_->cross_tcp()) {
     std::string addrs;
     for (const std::string& a : tcp->addresses) addrs += (addrs.empty() ? "" : ",") + a;
-    r["tcp_if_include"] = tcp->if_include;
+    r["tcp_if_include"] = tcp->options.if_include;
     r["tcp_addresses"] = addrs;
-    r["tcp_timeout_s"] = s(tcp->timeout_s);
-    r["tcp_spin_us"] = s(tcp->spin_us);
+    r["tcp_timeout_s"] = s(tcp->options.timeout_s);
+    r["tcp_spin_us"] = s(tcp->options.spin_us);
   }
   if (const AllreducePaths::ShmInfo* shm = allreduce_->shm_info()) {
     const ShmOptions* o = &shm->options;

@@ -177,9 +177,10 @@ int connect_to(const std::string& addr, int port, uint64_t token, int me, int th
 class TcpTransport : public Transport {
  public:
   TcpTransport(std::unique_ptr<Transport> base, std::vector<int> fds, TcpInfo info)
-      : base_(std::move(base)), peers_(fds.size()), info_(std::move(info)), timeout_s_(info_.timeout_s),
+      : base_(std::move(base)), peers_(fds.size()), info_(std::move(info)),
+        timeout_s_(info_.options.timeout_s),
         // never so long that the liveness checks between polls would wait for it
-        spin_(std::chrono::microseconds(std::min(info_.spin_us, WaitWatch::kPollMs * 1000))) {
+        spin_(std::chrono::microseconds(std::min(info_.options.spin_us, WaitWatch::kPollMs * 1000))) {
     for (size_t i = 0; i < fds.size(); ++i) peers_[i].fd = fds[i];
     if (const std::vector<int>* w = base_->world_ranks()) members_ = *w;
     if (const std::vector<int>* w = base_->watched_ranks()) watched_ = *w;
@@ -623,7 +624,7 @@ std::unique_ptr<Transport> make_tcp_transport(std::unique_ptr<Transport>& base, 
     }
   }
   return std::make_unique<TcpTransport>(std::move(base), std::move(fds),
-                                        TcpInfo{o.if_include, listening, o.timeout_s, o.spin_us});
+                                        TcpInfo{o, listening});
 }
 
 const TcpInfo* tcp_info(const Transport& t) {

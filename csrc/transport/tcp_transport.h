@@ -41,12 +41,10 @@ struct TcpOptions {
   int spin_us = 0;
 };
 
-// What a TCP transport runs with, as it took them (the engine reports these).
+// What a TCP transport runs with (the engine reports these).
 struct TcpInfo {
-  std::string if_include;              // the list it chose addresses by ("" = none)
+  TcpOptions options;                  // as it was made with (if_include: "" = none)
   std::vector<std::string> addresses;  // where this rank listens, in the order offered
-  double timeout_s = 0;                // a transfer that moves nothing this long fails
-  int spin_us = 0;                     // how long a wait spins before it sleeps in poll()
 };
 // `t`'s own, when make_tcp_transport made it; null for any other transport.
 const TcpInfo* tcp_info(const Transport& t);

@@ -9,11 +9,15 @@
 //     every process set, ends too, with the same message.
 // Used by the MPI transport's waits (mpi_transport.cc) and the TCP transport's poll
 // loop (tcp_transport.cc); shared-memory waits check PeerHealth the same way through
-// their window (shm_window.cc), since they know their peers by pid.
+// their window (shm_window.cc), since they know their peers by pid. wait_until() below
+// is the one polling wait (spin, yield, nap) for whatever can only be tested: MPI
+// requests, a GPU event (cuda_device.cc). The TCP transport blocks in poll() instead.
 #pragma once
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "peer_health.h"
@@ -69,5 +73,43 @@ class WaitWatch {
   bool health_;
   Clock::time_point since_;
 };
+
+// How wait_until() paces its tests of done(). The defaults are the MPI waits': MPI's
+// own blocking calls spin at full speed, which on a machine with fewer cores than
+// threads starves the very peer being waited for.
+struct WaitPace {
+  std::chrono::microseconds spin{20};    // test back to back this long,
+  std::chrono::microseconds yield{200};  // then yield the core between tests until this,
+  std::chrono::microseconds max_nap{100};  // then sleep, 2 us doubling up to this
+};
+
+// Waits until done() is true: testing back to back briefly, then yielding, then napping
+// ever longer (WaitPace). Once a millisecond of waiting (so well within
+// WaitWatch::kPollMs) it calls w.check() and then also() (the caller's own ways out,
+// such as a peer's notice); either ends the wait by throwing, and so may done() (an
+// error return). Short waits never pay for the checks.
+template <class Done, class Also>
+void wait_until(Done&& done, WaitWatch& w, Also&& also, const WaitPace& pace = WaitPace{}) {
+  using namespace std::chrono;
+  const auto start = steady_clock::now();
+  auto checked = start;
+  auto nap = microseconds(2);
+  while (!done()) {
+    const auto now = steady_clock::now();
+    const auto waited = now - start;
+    if (waited < pace.spin) continue;
+    if (now - checked >= milliseconds(1)) {
+      checked = now;
+      w.check();
+      also();
+    }
+    if (waited < pace.yield) {
+      std::this_thread::yield();
+      continue;
+    }
+    std::this_thread::sleep_for(nap);
+    nap = std::min(nap * 2, pace.max_nap);
+  }
+}
 
 }  // namespace hvdl
