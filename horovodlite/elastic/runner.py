@@ -127,6 +127,7 @@ def run_fn(func, reset_fn=reset):
         skip_sync = False
         while True:
             try:
+                hosts.start_discovery()  # this rank 0's (a reset may have made a new one)
                 if not skip_sync:
                     state.sync()
                 result = func(state, *args, **kwargs)
