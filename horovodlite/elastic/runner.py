@@ -112,6 +112,7 @@ def _finish_together():
 
     try:
         hosts.finish()
+        world.end_growth()  # processes still starting are told to exit, and took it
         barrier()
     except HorovodInternalError:
         pass

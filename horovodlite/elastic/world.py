@@ -222,6 +222,32 @@ def _cancel_growth(lost=None):
         pass
 
 
+def end_growth():
+    """At the end of training, collective over the current world (before the ranks'
+    last barrier): processes started but not joined are told to exit, rank 0 waiting
+    until each took the word (bounded by HOROVODLITE_START_TIMEOUT: they have to reach
+    hvd.init() for it). The other ranks wait in the barrier meanwhile, so that none
+    leaves first: a new process may take a peer's exit for a failure of the world it
+    was merged with, and then never takes rank 0's word, which rank 0 would wait for."""
+    import logging
+
+    from . import growth as growth_mod
+
+    g = _state.pop("growth", None)
+    if g is None or comm().Get_rank() != 0:
+        return
+    timeout = setting("START_TIMEOUT")
+    try:
+        missing = g.tell_and_confirm(growth_mod._CANCEL, _will_not_finalize(), timeout)
+    except mpi().Exception as e:
+        missing = f"({e})"
+    if missing:
+        logging.getLogger("horovodlite.elastic").warning(
+            "horovodlite elastic: processes started for the job (merged ranks %s) did not take "
+            "the word to exit within %g s (HOROVODLITE_START_TIMEOUT); leaving without them",
+            missing, timeout)
+
+
 def grow(process_sets=None):
     """Takes in the processes started by start_growth(), waiting on rank 0 until each
     reached hvd.init() (at once when growth().ready() said so), and starts the engine
