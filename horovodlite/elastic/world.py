@@ -101,12 +101,41 @@ def comm():
             from . import growth as growth_mod
 
             c = growth_mod.join_at_init(_state.pop("joining"))
-            _state["joined"] = True
+            _state["joined"] = _state["join_pending"] = True
         else:
             c = MPI.COMM_WORLD.Dup()
         c.Set_errhandler(MPI.ERRORS_RETURN)
         _state["comm"] = c
     return _state["comm"]
+
+
+def join_failed(exc):
+    """In a process spawned to grow the job, when its first hvd.init() (the engine's
+    start on the merged world, or join_sets) failed because a member of that world died
+    after telling it to join: the old ranks re-form without it (a failure during a host
+    update), so it leaves like a process told to exit, with code 0, instead of the
+    traceback that failed the whole job though its survivors went on. Returns False
+    (re-raise) in any other process or at any later init."""
+    if not _state.get("join_pending"):
+        return False
+    import logging
+
+    _state["join_pending"] = False
+    mark_lost()
+    logging.getLogger("horovodlite.elastic").warning(
+        "horovodlite elastic: a member of the job failed while this process joined it (%s); "
+        "the job goes on without this process, which exits", exc)
+    try:
+        from .. import basics
+
+        basics.shutdown()
+    except Exception:
+        pass
+    return True
+
+
+def join_done():
+    _state["join_pending"] = False
 
 
 def must_join_sets():
@@ -319,6 +348,7 @@ def join_sets(user_sets):
     _state["lost_hosts"] = []
     spec = broadcast_object(None, 0, name="elastic.process_sets")
     _register_sets(list(user_sets or ()), spec)
+    join_done()
 
 
 def host_name():
