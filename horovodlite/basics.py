@@ -65,7 +65,11 @@ def init(comm=None, process_sets=None):
         else:
             raise TypeError(f"init(comm=...): expected None, a list of ranks or an mpi4py communicator, got {type(comm).__name__}")
         _nccl.configure(_state["settings"])  # before any GPU collective might load NCCL
-        _core.init(fortran, ranks)
+        try:
+            _core.init(fortran, ranks)
+        except HorovodInternalError as e:
+            _leave_if_joining(e)
+            raise
         _state["topology"] = _core.topology()
         from . import _failure_notes
 
@@ -82,9 +86,24 @@ def init(comm=None, process_sets=None):
     if _elastic_world.must_join_sets():
         # Spawned into a running elastic job: its sets come from the job's rank 0.
         _ps._on_init("dynamic" if process_sets == "dynamic" else None, _state["settings"])
-        _elastic_world.join_sets(None if process_sets == "dynamic" else process_sets)
+        try:
+            _elastic_world.join_sets(None if process_sets == "dynamic" else process_sets)
+        except HorovodInternalError as e:
+            _leave_if_joining(e)
+            raise
         return
     _ps._on_init(process_sets, _state["settings"])
+
+
+def _leave_if_joining(exc):
+    """A process spawned to grow an elastic job whose join failed exits cleanly (see
+    elastic.world.join_failed); elsewhere the error goes on to the caller."""
+    from .elastic import world as _elastic_world
+
+    if isinstance(exc, (HorovodValueError, HorovodTypeError)):
+        return  # bad input or settings: the caller's to see
+    if _elastic_world.join_failed(exc):
+        raise SystemExit(0)
 
 
 def shutdown():

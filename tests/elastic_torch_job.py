@@ -3,6 +3,7 @@
     elastic:   python elastic_torch_job.py elastic OUT --steps 40 --commit-every 5
                    [--kill RANK:STEP[,RANK:STEP]] [--grow-at STEP | --shrink-at STEP] --grow-file F
                    [--shrink-after-grow STEPS] [--kill-while-growing RANK]
+                   [--kill-in-grow RANK:before-join|after-join]
     reference: python elastic_torch_job.py plain OUT --schedule 0:3,10:2 --save F
 
 Each step every rank computes its gradient on data drawn from (step, rank, size), so a
@@ -72,9 +73,11 @@ def elastic(a):
             os.kill(os.getpid(), signal.SIGKILL)  # while the world re-forms, before the sync
 
     state.register_reset_callbacks([on_reset])
+    if a.kill_in_grow is not None and me == a.kill_in_grow[0]:
+        _kill_in_grow(a.out, after_join=a.kill_in_grow[1] == "after-join")
 
     def grew():
-        return any(size == 3 for _, size, *_ in log["entries"])
+        return any(size > a.np for _, size, *_ in log["entries"])
 
     @hvd.elastic.run
     def train(state):
@@ -91,7 +94,7 @@ def elastic(a):
                 os.kill(os.getpid(), signal.SIGKILL)
             if a.grow_at is not None and state.step == a.grow_at and hvd.rank() == 0 and a.grow_file:
                 with open(a.grow_file, "w") as f:
-                    f.write("3\n")
+                    f.write(f"{a.np + 1}\n")
             if a.shrink_at is not None and state.step == a.shrink_at and hvd.rank() == 0:
                 with open(a.grow_file, "w") as f:
                     f.write("2\n")
@@ -132,6 +135,27 @@ def elastic(a):
         log["stats"] = dict(runner.stats)
         with open(os.path.join(a.out, f"{os.getpid()}.pkl"), "wb") as f:
             pickle.dump(log, f)
+
+
+def _kill_in_grow(out, after_join):
+    """A fault hook: this rank (rank 0 of the old world: it alone tells the new processes)
+    dies inside world.grow(), the new processes ready and waiting, just before it tells
+    them to join or just after (they and the other old ranks then start the engine on
+    the merged world with it dead)."""
+    from horovodlite.elastic import growth
+
+    tell = growth.Growth.tell
+
+    def dying_tell(self, word, lost):
+        if word == growth._JOIN:
+            if after_join:
+                tell(self, word, lost)
+            with open(os.path.join(out, "killed_at"), "w") as f:
+                f.write(repr(time.time()))
+            os.kill(os.getpid(), signal.SIGKILL)
+        return tell(self, word, lost)
+
+    growth.Growth.tell = dying_tell
 
 
 def plain(a):
@@ -181,6 +205,10 @@ if __name__ == "__main__":
                    help="steps after the job grew to 3 at which it becomes 2 (the new process leaves)")
     p.add_argument("--kill-while-growing", type=int, default=None,
                    help="this rank dies once a process was started for a new slot, before it joined")
+    p.add_argument("--kill-in-grow", type=lambda v: (int(v.split(":")[0]), v.split(":")[1]),
+                   default=None, metavar="RANK:before-join|after-join",
+                   help="this rank dies in world.grow(), just before or after telling the new "
+                        "processes to join")
     p.add_argument("--schedule", default="0:3", help="first step:world size, ...")
     p.add_argument("--save", default=None)
     p.add_argument("--step-sleep", type=float, default=0.0)

@@ -248,6 +248,40 @@ def test_rank_0_dies_while_a_process_starts(tmp_path):
                                      steps=steps.pop())
 
 
+@pytest.mark.parametrize("when", ["before-join", "after-join"])
+def test_rank_0_dies_while_a_process_joins(tmp_path, when):
+    """3 slots, then 4: the process started for the new slot is ready and the old ranks
+    are in world.grow(), taking it in, when rank 0 dies, just before telling it to join
+    (it waits for that word) or just after (it and ranks 1, 2 are starting the engine
+    on the merged world). Ranks 1 and 2 re-form from the commit, the new process exits
+    with 0, and the job grows again onto the free slots: it ends with exit code 0 in
+    one consistent world of 4, equal to the replay (3 ranks, 2, then 4)."""
+    slots, disc = discovery(tmp_path, 3)
+    rc, out, logs = elastic(tmp_path, 3, ["--grow-at", 8, "--grow-file", slots, "--step-sleep", 0.05,
+                                          "--steps", 40, "--until-grown", "--kill-in-grow", f"0:{when}"],
+                            ["--max-np", "4", "--host-discovery-script", disc])
+    assert rc == 0, out[-5000:]
+    assert (tmp_path / "run" / "killed_at").exists(), out[-5000:]  # it died in grow()
+    survivors = [log for log in logs if len(log["entries"]) > 1]
+    assert len(survivors) == 2, [log["entries"] for log in logs]
+    entries = [e[:2] for e in survivors[0]["entries"]]
+    assert [size for _, size in entries] == [3, 2, 4], entries
+    (_, _), (restored_at, _), (grown_at, _) = entries
+    assert restored_at % 5 == 0 and grown_at % 5 == 0 and grown_at >= restored_at
+    # The two survivors and the two processes that grew in after the failure (the one
+    # that was joining exited in hvd.init(), leaving no log).
+    assert len(logs) == 4, [log["entries"] for log in logs]
+    for log in logs:
+        assert not log["errors"], log["errors"]
+        assert log["entries"][-1][:2] == (grown_at, 4)
+    assert sorted(f[0] for f in finals(logs)) == [0, 1, 2, 3]
+    steps = {f[2] for f in finals(logs)}
+    params = {f[3] for f in finals(logs)}
+    assert len(steps) == 1 and len(params) == 1, "ranks differ"
+    assert params.pop() == reference(tmp_path, [(0, 3), (restored_at, 2), (grown_at, 4)],
+                                     steps=steps.pop())
+
+
 def test_no_failure_equals_plain_training(tmp_path):
     rc, out, logs = elastic(tmp_path, 3, [])
     assert rc == 0, out[-5000:]

@@ -87,3 +87,65 @@ def test_launcher_elastic_errors(capsys):
     with pytest.raises(SystemExit):
         launcher.parse_args(["--elastic", "-np", "1", "--min-np", "2", "python", "x.py"])
     assert "below --min-np 2" in capsys.readouterr().err
+
+
+def _sgd_model():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.BatchNorm1d(8), torch.nn.Linear(8, 2))
+    return model, torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+
+
+def _train(model, opt, steps):
+    for _ in range(steps):
+        opt.zero_grad()
+        model(torch.randn(5, 4)).square().sum().backward()
+        opt.step()
+
+
+def _snapshot(model, opt):
+    return ([t.clone() for t in model.state_dict().values()],
+            [s["momentum_buffer"].clone() for s in opt.state.values()])
+
+
+def _equal(a, b):
+    return all(torch.equal(x, y) for x, y in zip(a[0] + a[1], b[0] + b[1])) and \
+        len(a[0]) == len(b[0]) and len(a[1]) == len(b[1])
+
+
+def test_torch_state_commit_copies_into_the_last_commit_and_restore_is_exact():
+    """A commit reuses the buffers of the previous one; restore gives back the committed
+    values exactly, also twice in a row (the optimizer must not keep the saved tensors,
+    or its steps after the first restore would change the commit)."""
+    from horovodlite.torch.elastic import TorchState
+
+    model, opt = _sgd_model()
+    _train(model, opt, 2)  # momentum buffers exist
+    state = TorchState(model, opt, step=0)
+    ptrs = [t.data_ptr() for t in state._handlers["model"]._saved.values()]
+    _train(model, opt, 3)
+    state.step = 3
+    state.save()
+    assert [t.data_ptr() for t in state._handlers["model"]._saved.values()] == ptrs
+    committed = _snapshot(model, opt)
+    for _ in range(2):
+        _train(model, opt, 2)
+        state.step = 99
+        assert not _equal(_snapshot(model, opt), committed)
+        state.restore()
+        assert _equal(_snapshot(model, opt), committed) and state.step == 3
+
+
+def test_torch_state_commit_follows_a_changed_state_dict():
+    """Optimizer state appearing after the first commit (or shapes changing) is saved
+    afresh, not squeezed into the old buffers."""
+    from horovodlite.torch.elastic import TorchState
+
+    model, opt = _sgd_model()
+    state = TorchState(model, opt)  # no momentum yet
+    assert state._handlers["optimizer"]._saved["state"] == {}
+    _train(model, opt, 1)
+    state.save()
+    committed = _snapshot(model, opt)
+    _train(model, opt, 2)
+    state.restore()
+    assert _equal(_snapshot(model, opt), committed)

@@ -73,6 +73,35 @@ class Growth:
         for r in self.new_ranks:
             self.merged.send((word, lost), dest=r, tag=_GO)
 
+    def tell_and_confirm(self, word, lost, timeout):
+        """On rank 0: like tell(), but returns only once each new process took the word
+        (a synchronous send: matched by its receive in join_at_init), or after `timeout`
+        seconds; returns the ranks that did not take it by then.
+
+        Why: the word sent by a rank about to exit may never leave it. A send completes
+        once the message is buffered, and to a process that has not talked to this one
+        yet (still importing its script's modules, no MPI call to answer a connection)
+        it waits for a connection in this process's queue; exiting without MPI_Finalize
+        drops it, and the new process waited for it forever (the job hung at its end)."""
+        import time
+
+        from . import world
+
+        MPI = world.mpi()
+        reqs = {r: self.merged.issend((word, lost), dest=r, tag=_GO) for r in self.new_ranks}
+        deadline = time.monotonic() + timeout
+        while reqs and time.monotonic() < deadline:
+            for r in [r for r, q in reqs.items() if q.Test()]:
+                del reqs[r]
+            if reqs:
+                time.sleep(0.01)
+        for q in reqs.values():
+            try:
+                q.Cancel()
+            except MPI.Exception:
+                pass
+        return sorted(reqs)
+
 
 def spawn(base, hosts):
     """Collective over `base`: starts one process per host name in `hosts` running

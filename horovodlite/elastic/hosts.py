@@ -118,13 +118,29 @@ _failures = collections.Counter()  # host -> processes lost there
 
 
 def _discover(wait=0.0):
+    """The last answer of the discovery script (None: none yet, or no script). A caller
+    that waits (`wait` > 0: for --min-np) waits up to 30 s for the first answer; a
+    commit never does."""
     script = discovery_script()
     if script is None:
         return None
     if _discovery["d"] is None:
         _discovery["d"] = _Discovery(script, _setting("DISCOVERY_INTERVAL"))
+    d = _discovery["d"]
+    if wait > 0 and not d._have.is_set():
         wait = max(wait, 30.0)  # the first answer
-    return _discovery["d"].latest(wait)
+    return d.latest(wait)
+
+
+def start_discovery():
+    """On rank 0 when train() is (re)entered: the script's first run starts now, so the
+    first commit finds an answer instead of waiting for one (that wait held every rank
+    at the first commit for a whole script run: ~70 ms for `echo` at load 10, a slow
+    script's seconds). Other ranks never run it."""
+    from ..basics import rank
+
+    if discovery_script() is not None and rank() == 0:
+        _discover()
 
 
 def note_lost(hosts):

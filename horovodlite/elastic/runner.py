@@ -117,6 +117,7 @@ def _finish_together():
 
     try:
         hosts.finish()
+        world.end_growth()  # processes still starting are told to exit, and took it
         barrier()
     except HorovodInternalError:
         pass
@@ -132,6 +133,7 @@ def run_fn(func, reset_fn=reset):
         skip_sync = False
         while True:
             try:
+                hosts.start_discovery()  # this rank 0's (a reset may have made a new one)
                 if not skip_sync:
                     state.sync()
                 result = func(state, *args, **kwargs)

@@ -110,7 +110,7 @@ def comm():
             from . import growth as growth_mod
 
             c = growth_mod.join_at_init(_state.pop("joining"))
-            _state["joined"] = True
+            _state["joined"] = _state["join_pending"] = True
         else:
             from .._loader import _core
 
@@ -121,6 +121,35 @@ def comm():
         c.Set_errhandler(MPI.ERRORS_RETURN)
         _state["comm"] = c
     return _state["comm"]
+
+
+def join_failed(exc):
+    """In a process spawned to grow the job, when its first hvd.init() (the engine's
+    start on the merged world, or join_sets) failed because a member of that world died
+    after telling it to join: the old ranks re-form without it (a failure during a host
+    update), so it leaves like a process told to exit, with code 0, instead of the
+    traceback that failed the whole job though its survivors went on. Returns False
+    (re-raise) in any other process or at any later init."""
+    if not _state.get("join_pending"):
+        return False
+    import logging
+
+    _state["join_pending"] = False
+    mark_lost()
+    logging.getLogger("horovodlite.elastic").warning(
+        "horovodlite elastic: a member of the job failed while this process joined it (%s); "
+        "the job goes on without this process, which exits", exc)
+    try:
+        from .. import basics
+
+        basics.shutdown()
+    except Exception:
+        pass
+    return True
+
+
+def join_done():
+    _state["join_pending"] = False
 
 
 def must_join_sets():
@@ -236,6 +265,32 @@ def _cancel_growth(lost=None):
         pass
 
 
+def end_growth():
+    """At the end of training, collective over the current world (before the ranks'
+    last barrier): processes started but not joined are told to exit, rank 0 waiting
+    until each took the word (bounded by HOROVODLITE_START_TIMEOUT: they have to reach
+    hvd.init() for it). The other ranks wait in the barrier meanwhile, so that none
+    leaves first: a new process may take a peer's exit for a failure of the world it
+    was merged with, and then never takes rank 0's word, which rank 0 would wait for."""
+    import logging
+
+    from . import growth as growth_mod
+
+    g = _state.pop("growth", None)
+    if g is None or comm().Get_rank() != 0:
+        return
+    timeout = setting("START_TIMEOUT")
+    try:
+        missing = g.tell_and_confirm(growth_mod._CANCEL, _will_not_finalize(), timeout)
+    except mpi().Exception as e:
+        missing = f"({e})"
+    if missing:
+        logging.getLogger("horovodlite.elastic").warning(
+            "horovodlite elastic: processes started for the job (merged ranks %s) did not take "
+            "the word to exit within %g s (HOROVODLITE_START_TIMEOUT); leaving without them",
+            missing, timeout)
+
+
 def grow(process_sets=None):
     """Takes in the processes started by start_growth(), waiting on rank 0 until each
     reached hvd.init() (at once when growth().ready() said so), and starts the engine
@@ -307,6 +362,7 @@ def join_sets(user_sets):
     _state["lost_hosts"] = []
     spec = broadcast_object(None, 0, name="elastic.process_sets")
     _register_sets(list(user_sets or ()), spec)
+    join_done()
 
 
 def host_name():
