@@ -77,7 +77,46 @@ def _calibrate(world, comm, L, n):
         ts.append(comm.allreduce(time.perf_counter() - t0, op=MPI.MAX))
     # The median: on a loaded machine one rank may copy while the others wait for a core.
     mem_bw = L * 2 * a.nbytes / sorted(ts)[len(ts) // 2]  # a host's ranks at once: read + write
-    return alpha, mem_bw
+    return alpha, mem_bw, _tcp_rate(comm, L)
+
+
+def _tcp_rate(comm, L, nbytes=32 << 20):
+    """The bytes per second a host's kernel carries over TCP, one send and one receive
+    per byte, while every worker of every host streams 32 MiB over its own loopback at
+    once: the CPU path of the data between hosts, which bounds a transfer when the
+    link is faster (every simulated host's stack runs on the same shared cores)."""
+    import socket
+    import threading
+
+    from mpi4py import MPI
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    tx = socket.create_connection(srv.getsockname())
+    rx, _ = srv.accept()
+    srv.close()
+    out = bytearray(nbytes)
+    into = memoryview(bytearray(nbytes))
+    ts = []
+    try:
+        for _ in range(3):
+            comm.Barrier()
+            t0 = time.perf_counter()
+            th = threading.Thread(target=tx.sendall, args=(out,))
+            th.start()
+            got = 0
+            while got < nbytes:
+                k = rx.recv_into(into[got:])
+                if k == 0:
+                    raise RuntimeError("loopback TCP calibration: the connection closed")
+                got += k
+            th.join()
+            ts.append(comm.allreduce(time.perf_counter() - t0, op=MPI.MAX))
+    finally:
+        tx.close()
+        rx.close()
+    return L * nbytes / sorted(ts)[len(ts) // 2]
 
 
 class _Hvdl:
@@ -150,7 +189,7 @@ def job(opts):
         serve(world, list(range(n)))
         comm.Free()
         return
-    alpha, mem_bw = _calibrate(world, comm, L, n)
+    alpha, mem_bw, tcp_rate = _calibrate(world, comm, L, n)
     impls = _impls(world, comm, H, L, P, opts.get("impls"))
     sizes = opts["sizes"]
     times, wrong, traffic, iters = {}, {}, {}, {}
@@ -197,7 +236,7 @@ def job(opts):
         rows = [{"impl": k[0], "bytes": k[1], "time": statistics.median(v), "times": v,
                  "wrong": wrong[k], "traffic": traffic.get(k, {})} for k, v in times.items()]
         with open(opts["out"], "w") as f:
-            json.dump({"alpha": alpha, "mem_bw": mem_bw, "rows": rows,
+            json.dump({"alpha": alpha, "mem_bw": mem_bw, "tcp_rate": tcp_rate, "rows": rows,
                        "impls": [i.name for i in impls]}, f, indent=1)
     comm.Free()
 

@@ -29,7 +29,7 @@ def write(out_dir, res, meta):
     n = H * L
     rate = parse_rate(meta["link_rate"])
     cl = sim.Cluster(H, L, rate, latency=res["alpha"], mem_bw=res["mem_bw"], mtu=meta["mtu"],
-                     servers=max(P, 1))
+                     servers=max(P, 1), tcp_rate=res.get("tcp_rate", float("inf")))
     rows = res["rows"]
     impls = res["impls"]
     sizes = sorted({r["bytes"] for r in rows})
@@ -48,7 +48,8 @@ def write(out_dir, res, meta):
               f"- measured in the job and fed to the model: latency alpha = "
               f"{res['alpha'] * 1e6:.0f} us per message (half a ping-pong between hosts), host "
               f"memory bandwidth {res['mem_bw'] / 1e9:.1f} GB/s (all of a host's workers copying "
-              f"at once); link payload share at MTU {meta['mtu']}: {ceiling:.3f} (TCP/IP and "
+              f"at once), TCP through one host's kernel {cl.tcp_rate / 1e9:.2f} GB/s (every worker "
+              f"streaming over its loopback at once: the CPU path between hosts); link payload share at MTU {meta['mtu']}: {ceiling:.3f} (TCP/IP and "
               "Ethernet headers count against the rate, so no TCP transfer can exceed that "
               "fraction of the bound).",
               "- bound = 2(H-1)/H x S / link rate: every host must send that much over its link. "
