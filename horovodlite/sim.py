@@ -17,9 +17,9 @@ links, like real ones, count Ethernet, IP and TCP headers against the rate.
 
 The second term is the host's CPU: reductions and copies, and the kernel's work for
 every byte that crosses hosts (a copy into the socket on the sender, out of it on the
-receiver, the protocol on both). `tcp_rate` is what one host's kernel carries through
-a loopback connection (one send and one receive per byte), so a byte sent costs half
-of that and a byte received the other half. At 1 Gbit/s the link hides both terms;
+receiver, the protocol on both). `tcp_rate` is what one host's TCP carries each way
+while it sends and receives at once (bench/cluster.py measures it across the hosts),
+so a byte sent costs half of 1/tcp_rate and a byte received the other half. At 1 Gbit/s the link hides both terms;
 at 10 Gbit/s on a few shared cores the CPU is the bound (on the simulated cluster,
 2 x 1 at 10 Gbit/s and load 15 ran at 0.35 of the link bound).
 
@@ -57,7 +57,7 @@ class Cluster:
     mem_bw: float = 8e9        # bytes/s one host's memory moves, shared by its ranks
     mtu: int = 1500
     servers: int = 1           # parameter servers, each an extra rank on its own host
-    tcp_rate: float = math.inf  # bytes/s one host's kernel carries over TCP (send + receive)
+    tcp_rate: float = math.inf  # bytes/s one host's TCP carries each way, sending and receiving
     payload_rate: float = field(init=False)
 
     def __post_init__(self):
@@ -90,6 +90,12 @@ class Step:
 
 
 def step_time(c, step, alpha=True):
+    lat, link, cpu = step_parts(c, step)
+    return (lat if alpha else 0.0) + max(link, cpu)
+
+
+def step_parts(c, step):
+    """(latency, link seconds, CPU seconds) of a step: it takes latency + the larger."""
     out, inn, mem_host, tcp_host = {}, {}, {}, {}
     for src, dst, b in step.flows:
         hs, hd = c.host_of(src), c.host_of(dst)
@@ -106,8 +112,7 @@ def step_time(c, step, alpha=True):
     link = max([*out.values(), *inn.values(), 0]) / c.payload_rate
     cpu = max([mem_host.get(h, 0) / c.mem_bw + tcp_host.get(h, 0) / (2 * c.tcp_rate)
                for h in {*mem_host, *tcp_host}] or [0.0])
-    busy = bool(step.flows or step.memory)
-    return (c.latency if alpha and step.flows else 0.0) + max(link, cpu) if busy else 0.0
+    return (c.latency if step.flows else 0.0), link, cpu
 
 
 def _ring_steps(c, ranks, nbytes):
@@ -198,9 +203,13 @@ def hierarchical_time(c, nbytes):
     ag = [step_time(c, _local_ag(c, b)) for b in sizes]
     t = rs[0] + ag[-1]
     for i, b in enumerate(sizes):
-        cross = sum(step_time(c, s) for s in _cross_steps(c, b))
+        lat = link = cpu = 0.0
+        for s in _cross_steps(c, b):
+            sl, sk, sc = step_parts(c, s)
+            lat, link, cpu = lat + sl, link + max(sk, sc), cpu + sc
+        # The local stages beside it share the host's cores with the transfers' CPU work.
         beside = (rs[i + 1] if i + 1 < len(sizes) else 0.0) + (ag[i - 1] if i else 0.0)
-        t += max(cross, beside)
+        t += lat + max(link, cpu + beside)
     return t
 
 
@@ -286,7 +295,8 @@ def main(argv=None):
     ap.add_argument("--mtu", type=int, default=1500)
     ap.add_argument("--servers", type=int, default=1, help="parameter servers")
     ap.add_argument("--tcp-rate", type=float, default=math.inf,
-                    help="bytes/s one host's kernel carries over TCP (loopback; default: no limit)")
+                    help="bytes/s one host's TCP carries each way while sending and receiving "
+                         "(default: no limit)")
     args = ap.parse_args(argv)
     h, l = (int(x) for x in args.cluster.lower().split("x"))
     c = Cluster(h, l, parse_rate(args.link_rate), args.latency, args.mem_bw, args.mtu, args.servers,

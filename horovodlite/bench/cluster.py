@@ -74,26 +74,44 @@ def _calibrate(world, comm, L, n):
         comm.Barrier()
         t0 = time.perf_counter()
         np.copyto(b, a)
-        ts.append(comm.allreduce(time.perf_counter() - t0, op=MPI.MAX))
+        ts.append(_span(comm, t0, time.perf_counter()))
     # The median: on a loaded machine one rank may copy while the others wait for a core.
     mem_bw = L * 2 * a.nbytes / sorted(ts)[len(ts) // 2]  # a host's ranks at once: read + write
-    return alpha, mem_bw, _tcp_rate(comm, L)
+    return alpha, mem_bw
 
 
-def _tcp_rate(comm, L, nbytes=32 << 20):
-    """The bytes per second a host's kernel carries over TCP, one send and one receive
-    per byte, while every worker of every host streams 32 MiB over its own loopback at
-    once: the CPU path of the data between hosts, which bounds a transfer when the
-    link is faster (every simulated host's stack runs on the same shared cores)."""
+def _span(comm, t0, t1):
+    """From the first rank's start to the last one's end (one clock: CLOCK_MONOTONIC is
+    the machine's, namespaces or not). Not the slowest rank's own time: on a loaded
+    machine the ranks leave a barrier one after another, and when each runs alone the
+    longest own time is far shorter than the span all of them needed (measured: 44.7
+    GB/s of host memory bandwidth for 2x2 at load 15 that way)."""
+    from mpi4py import MPI
+
+    return comm.allreduce(t1, op=MPI.MAX) - comm.allreduce(t0, op=MPI.MIN)
+
+
+def _tcp_rate(comm, H, L, addresses, link_payload, nbytes=32 << 20):
+    """The bytes per second one host's TCP carries each way while every worker streams
+    32 MiB to its ring neighbour on the next host and takes 32 MiB from the one before,
+    all at once (so every host's kernel sends and receives, like in a ring step). It is
+    the lesser of the link and the CPU path; when it reaches 0.9 of the link's payload
+    rate the link was the bound and the CPU path was not seen: infinity then (the
+    model's CPU term would only repeat the link's). Every simulated host's kernel runs
+    on the same shared cores, which is why at 10 Gbit/s this, not the link, binds."""
     import socket
     import threading
 
-    from mpi4py import MPI
-
+    r = comm.Get_rank()
+    h, i = divmod(r, L)
     srv = socket.socket()
-    srv.bind(("127.0.0.1", 0))
-    srv.listen(1)
-    tx = socket.create_connection(srv.getsockname())
+    srv.bind((addresses[h], 0))
+    srv.listen(2)
+    ports = comm.allgather(srv.getsockname()[1])
+    right = ((h + 1) % H) * L + i
+    comm.Barrier()
+    tx = socket.create_connection((addresses[(h + 1) % H], ports[right]), timeout=60)
+    srv.settimeout(60)
     rx, _ = srv.accept()
     srv.close()
     out = bytearray(nbytes)
@@ -109,14 +127,15 @@ def _tcp_rate(comm, L, nbytes=32 << 20):
             while got < nbytes:
                 k = rx.recv_into(into[got:])
                 if k == 0:
-                    raise RuntimeError("loopback TCP calibration: the connection closed")
+                    raise RuntimeError("TCP calibration: the connection closed")
                 got += k
             th.join()
-            ts.append(comm.allreduce(time.perf_counter() - t0, op=MPI.MAX))
+            ts.append(_span(comm, t0, time.perf_counter()))
     finally:
         tx.close()
         rx.close()
-    return L * nbytes / sorted(ts)[len(ts) // 2]
+    rate = L * nbytes / sorted(ts)[len(ts) // 2]
+    return float("inf") if rate >= 0.9 * link_payload else rate
 
 
 class _Hvdl:
@@ -189,7 +208,8 @@ def job(opts):
         serve(world, list(range(n)))
         comm.Free()
         return
-    alpha, mem_bw, tcp_rate = _calibrate(world, comm, L, n)
+    alpha, mem_bw = _calibrate(world, comm, L, n)
+    tcp_rate = _tcp_rate(comm, H, L, opts["addresses"], opts["link_payload"]) if H > 1 else float("inf")
     impls = _impls(world, comm, H, L, P, opts.get("impls"))
     sizes = opts["sizes"]
     times, wrong, traffic, iters = {}, {}, {}, {}
@@ -263,6 +283,7 @@ def _parse(argv):
 def main(argv):
     from ..run.launcher import find_mpirun
     from ..run.local_cluster import ClusterError, LocalCluster, parse_spec
+    from ..sim import payload_share
 
     args = _parse(argv)
     try:
@@ -284,6 +305,9 @@ def main(argv):
             with LocalCluster(H + P, [L] * H + [1] * P, link_rate=args.link_rate,
                               mtu=args.link_mtu) as c:
                 print(c.describe(), flush=True)
+                opts["addresses"] = list(c.addresses)
+                opts["link_payload"] = c.rate_bytes * payload_share(args.link_mtu) if c.rate_bytes \
+                    else float("inf")
                 cmd = [find_mpirun(), "-n", str(H * L + P), "--bind-to", "none", *c.mpirun_args()]
                 for v in ("PATH", "PYTHONPATH", "LD_LIBRARY_PATH", "PYTHONUNBUFFERED"):
                     if v in env:

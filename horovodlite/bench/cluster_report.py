@@ -35,6 +35,8 @@ def write(out_dir, res, meta):
     sizes = sorted({r["bytes"] for r in rows})
     by = {(r["impl"], r["bytes"]): r for r in rows}
     ceiling = sim.payload_share(meta["mtu"])
+    tcp = (f"{cl.tcp_rate / 1e9:.2f} GB/s each way per host (the CPU path: below the link)"
+           if cl.tcp_rate != float("inf") else "as fast as the link (the CPU path not seen)")
     lines = [f"# Allreduce on a simulated cluster: {H} hosts x {L} workers"
              + (f" + {P} parameter-server host{'s' * (P > 1)}" if P else ""), ""]
     lines += [f"Command: `{meta['command']}` ({meta['when']}, {meta['wall']:.0f} s).", "",
@@ -48,8 +50,8 @@ def write(out_dir, res, meta):
               f"- measured in the job and fed to the model: latency alpha = "
               f"{res['alpha'] * 1e6:.0f} us per message (half a ping-pong between hosts), host "
               f"memory bandwidth {res['mem_bw'] / 1e9:.1f} GB/s (all of a host's workers copying "
-              f"at once), TCP through one host's kernel {cl.tcp_rate / 1e9:.2f} GB/s (every worker "
-              f"streaming over its loopback at once: the CPU path between hosts); link payload share at MTU {meta['mtu']}: {ceiling:.3f} (TCP/IP and "
+              f"at once), TCP {tcp} (every worker streaming to the next host and taking from "
+              f"the one before, all at once); link payload share at MTU {meta['mtu']}: {ceiling:.3f} (TCP/IP and "
               "Ethernet headers count against the rate, so no TCP transfer can exceed that "
               "fraction of the bound).",
               "- bound = 2(H-1)/H x S / link rate: every host must send that much over its link. "
