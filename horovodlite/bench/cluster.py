@@ -113,6 +113,7 @@ def _tcp_rate(comm, H, L, addresses, link_payload, nbytes=32 << 20):
     tx = socket.create_connection((addresses[(h + 1) % H], ports[right]), timeout=60)
     srv.settimeout(60)
     rx, _ = srv.accept()
+    rx.settimeout(60)  # a lost peer ends the calibration, not the job's timeout
     srv.close()
     out = bytearray(nbytes)
     into = memoryview(bytearray(nbytes))
