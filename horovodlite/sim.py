@@ -5,7 +5,8 @@ transfers (source rank, destination rank, bytes) plus the reductions each rank d
 in it. A step costs
 
     alpha + max( bytes over the busiest host link direction / link payload rate,
-                 bytes a rank moves through host memory / its share of memory bandwidth )
+                 bytes a host moves through its memory / its share of memory bandwidth
+                 + bytes it sends and receives across hosts / (2 x its TCP rate) )
 
 so contention falls out of the layout: when several ranks of one host send across at
 once they share that host's link, which is what separates the flat ring from the
@@ -13,6 +14,14 @@ hierarchical one. Ranks are numbered host-major (host h holds h*L .. h*L+L-1), a
 mpirun places them. The link's payload rate is the link rate times the TCP payload
 share of each frame (MSS / frame: 0.956 at MTU 1500, 0.993 at MTU 9000): the simulated
 links, like real ones, count Ethernet, IP and TCP headers against the rate.
+
+The second term is the host's CPU: reductions and copies, and the kernel's work for
+every byte that crosses hosts (a copy into the socket on the sender, out of it on the
+receiver, the protocol on both). `tcp_rate` is what one host's TCP carries each way
+while it sends and receives at once (bench/cluster.py measures it across the hosts),
+so a byte sent costs half of 1/tcp_rate and a byte received the other half. At 1 Gbit/s the link hides both terms;
+at 10 Gbit/s on a few shared cores the CPU is the bound (on the simulated cluster,
+2 x 1 at 10 Gbit/s and load 15 ran at 0.35 of the link bound).
 
     from horovodlite.sim import Cluster, predict
     c = Cluster(hosts=2, local=2, link_rate=125e6, latency=60e-6, mem_bw=8e9)
@@ -48,6 +57,7 @@ class Cluster:
     mem_bw: float = 8e9        # bytes/s one host's memory moves, shared by its ranks
     mtu: int = 1500
     servers: int = 1           # parameter servers, each an extra rank on its own host
+    tcp_rate: float = math.inf  # bytes/s one host's TCP carries each way, sending and receiving
     payload_rate: float = field(init=False)
 
     def __post_init__(self):
@@ -80,7 +90,13 @@ class Step:
 
 
 def step_time(c, step, alpha=True):
-    out, inn, mem_host = {}, {}, {}
+    lat, link, cpu = step_parts(c, step)
+    return (lat if alpha else 0.0) + max(link, cpu)
+
+
+def step_parts(c, step):
+    """(latency, link seconds, CPU seconds) of a step: it takes latency + the larger."""
+    out, inn, mem_host, tcp_host = {}, {}, {}, {}
     for src, dst, b in step.flows:
         hs, hd = c.host_of(src), c.host_of(dst)
         if hs == hd:  # inside a host: a copy through memory on both ends
@@ -88,13 +104,15 @@ def step_time(c, step, alpha=True):
         else:
             out[hs] = out.get(hs, 0) + b
             inn[hd] = inn.get(hd, 0) + b
+            tcp_host[hs] = tcp_host.get(hs, 0) + b
+            tcp_host[hd] = tcp_host.get(hd, 0) + b
     for r, b in step.memory.items():
         h = c.host_of(r)
         mem_host[h] = mem_host.get(h, 0) + b
     link = max([*out.values(), *inn.values(), 0]) / c.payload_rate
-    memory = max([*mem_host.values(), 0]) / c.mem_bw
-    busy = bool(step.flows or step.memory)
-    return (c.latency if alpha and step.flows else 0.0) + max(link, memory) if busy else 0.0
+    cpu = max([mem_host.get(h, 0) / c.mem_bw + tcp_host.get(h, 0) / (2 * c.tcp_rate)
+               for h in {*mem_host, *tcp_host}] or [0.0])
+    return (c.latency if step.flows else 0.0), link, cpu
 
 
 def _ring_steps(c, ranks, nbytes):
@@ -147,12 +165,23 @@ def _cross_steps(c, nbytes):
     return cross
 
 
-# csrc/collectives/hierarchical_pipeline.h: chunks of at least 2 MiB, at most 16.
-PIPELINE_MIN_CHUNK, PIPELINE_MAX_CHUNKS = 2 << 20, 16
+# csrc/collectives/hierarchical_pipeline.h: chunks of at least 2 MiB, at most 16, the
+# first and the last cut into a 1/PIPELINE_EDGE_DIVISOR piece at the outer end and the rest.
+PIPELINE_MIN_CHUNK, PIPELINE_MAX_CHUNKS, PIPELINE_EDGE_DIVISOR = 2 << 20, 16, 4
 
 
 def pipeline_chunks(nbytes):
     return int(max(1, min(PIPELINE_MAX_CHUNKS, nbytes // PIPELINE_MIN_CHUNK)))
+
+
+def pipeline_chunk_sizes(nbytes):
+    """Bytes of each chunk the pipeline runs, in order (page rounding left out)."""
+    k = pipeline_chunks(nbytes)
+    base = nbytes / k
+    if k < 2:
+        return [float(nbytes)]
+    edge = base / PIPELINE_EDGE_DIVISOR
+    return [edge, base - edge] + [base] * (k - 2) + [base - edge, edge]
 
 
 def hierarchical_steps(c, nbytes):
@@ -165,15 +194,23 @@ def hierarchical_steps(c, nbytes):
 def hierarchical_time(c, nbytes):
     """With K > 1 chunks the stages overlap: chunk i crosses the hosts while chunk i+1 is
     reduce-scattered (and i-1 allgathered) in memory, so the call takes the first
-    chunk's local stage, then K times the slower of one chunk's cross-host rings and
-    its local stages, then the last chunk's allgather."""
-    k = pipeline_chunks(nbytes) if c.local > 1 else 1
-    if k == 1:
+    chunk's local reduce-scatter, then for each chunk the slower of its cross-host
+    rings and the local stages beside them, then the last chunk's allgather."""
+    if c.local == 1 or pipeline_chunks(nbytes) == 1:
         return sum(step_time(c, s) for s in hierarchical_steps(c, nbytes))
-    chunk = nbytes / k
-    rs, ag = step_time(c, _local_rs(c, chunk)), step_time(c, _local_ag(c, chunk))
-    cross = sum(step_time(c, s) for s in _cross_steps(c, chunk))
-    return rs + k * max(cross, rs + ag) + ag
+    sizes = pipeline_chunk_sizes(nbytes)
+    rs = [step_time(c, _local_rs(c, b)) for b in sizes]
+    ag = [step_time(c, _local_ag(c, b)) for b in sizes]
+    t = rs[0] + ag[-1]
+    for i, b in enumerate(sizes):
+        lat = link = cpu = 0.0
+        for s in _cross_steps(c, b):
+            sl, sk, sc = step_parts(c, s)
+            lat, link, cpu = lat + sl, link + max(sk, sc), cpu + sc
+        # The local stages beside it share the host's cores with the transfers' CPU work.
+        beside = (rs[i + 1] if i + 1 < len(sizes) else 0.0) + (ag[i - 1] if i else 0.0)
+        t += lat + max(link, cpu + beside)
+    return t
 
 
 def tree_steps(c, nbytes):
@@ -257,9 +294,13 @@ def main(argv=None):
     ap.add_argument("--mem-bw", type=float, default=8e9, help="host memory bandwidth, bytes/s")
     ap.add_argument("--mtu", type=int, default=1500)
     ap.add_argument("--servers", type=int, default=1, help="parameter servers")
+    ap.add_argument("--tcp-rate", type=float, default=math.inf,
+                    help="bytes/s one host's TCP carries each way while sending and receiving "
+                         "(default: no limit)")
     args = ap.parse_args(argv)
     h, l = (int(x) for x in args.cluster.lower().split("x"))
-    c = Cluster(h, l, parse_rate(args.link_rate), args.latency, args.mem_bw, args.mtu, args.servers)
+    c = Cluster(h, l, parse_rate(args.link_rate), args.latency, args.mem_bw, args.mtu, args.servers,
+                args.tcp_rate)
     print(f"{h} hosts x {l} ranks, link {args.link_rate} (payload {c.payload_rate / 1e6:.1f} MB/s), "
           f"alpha {args.latency * 1e6:.0f} us, memory {args.mem_bw / 1e9:.1f} GB/s, {args.servers} server(s)")
     print(f"{'size':>10} {'bound ms':>9} " + " ".join(f"{a + ' ms':>15}" for a in ALGORITHMS))

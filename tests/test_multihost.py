@@ -84,6 +84,18 @@ def main(hvd):
         if not np.allclose(got, want, rtol=1e-5, atol=1e-4):
             bad.append(f"rank {r}: {path}.big: max error {np.abs(got - want).max()}")
         seen[f"{path}.big"] = digest(got)
+        # The pipeline's other reductions: a postscale (Average) and an exact integer
+        # Min, on a size it cuts into chunks (two hosts: hierarchical_pipeline.cc's
+        # pair_call, with the next chunk's transfer posted ahead).
+        got = hvd.allreduce(xs[r], op=hvd.Average, name=f"{path}.big.avg")
+        if not np.allclose(got, want / n, rtol=1e-5, atol=1e-4):
+            bad.append(f"rank {r}: {path}.big.avg: max error {np.abs(got - want / n).max()}")
+        seen[f"{path}.big.avg"] = digest(got)
+        ints = [((np.arange(2_500_003, dtype=np.int64) * (j + 3)) % 1009 - 500).astype(np.int32)
+                for j in range(n)]
+        got = hvd.allreduce(ints[r], op=hvd.Min, name=f"{path}.big.min")
+        if not np.array_equal(got, np.min(np.stack(ints), axis=0)):
+            bad.append(f"rank {r}: {path}.big.min: {int(np.count_nonzero(got != np.min(np.stack(ints), axis=0)))} wrong")
         # Many small tensors in one cycle (fused), as a training step submits them.
         hs = [hvd.allreduce_async(xs[r][:1000 + i] * (i + 1), op=hvd.Sum, name=f"{path}.fused.{i}")
               for i in range(8)]

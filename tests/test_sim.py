@@ -27,6 +27,27 @@ def test_flat_ring_shares_no_link_but_takes_more_steps():
     assert sim.predict("hierarchical", c, S) == pytest.approx(S / B, rel=1e-3)
 
 
+def test_tcp_cpu_path_bounds_a_link_faster_than_it():
+    """2 x 1 ring: each of its 2 steps sends S/2 and receives S/2 per host. A kernel
+    that carries R bytes/s through loopback (a send and a receive each) spends S/(2R)
+    on that per step; when that exceeds the link time it is the step's time."""
+    S = 64 * MiB
+    fast = sim.Cluster(2, 1, link_rate=1.25e9, latency=0.0, mem_bw=1e15, mtu=9000, tcp_rate=0.5e9)
+    assert sim.predict("ring", fast, S) == pytest.approx(S / 0.5e9, rel=1e-6)
+    slow = sim.Cluster(2, 1, link_rate=125e6, latency=0.0, mem_bw=1e15, mtu=9000, tcp_rate=0.5e9)
+    assert sim.predict("ring", slow, S) == pytest.approx(S / slow.payload_rate, rel=1e-6)
+
+
+def test_pipeline_chunks_tile_the_buffer_with_small_edges():
+    for nbytes in (4 * MiB, 16 * MiB + 12, 64 * MiB, 1 << 30):
+        sizes = sim.pipeline_chunk_sizes(nbytes)
+        assert sum(sizes) == pytest.approx(nbytes)
+        base = nbytes / sim.pipeline_chunks(nbytes)
+        assert sizes[0] == sizes[-1] == pytest.approx(base / sim.PIPELINE_EDGE_DIVISOR)
+        assert len(sizes) == sim.pipeline_chunks(nbytes) + 2
+    assert sim.pipeline_chunk_sizes(3 * MiB) == [3 * MiB]
+
+
 def test_traffic_ring_stays_2k_parameter_server_grows():
     S = 1.0
     for n in (2, 4, 8, 16):

@@ -28,6 +28,109 @@ int HierarchicalPipeline::chunks_for(size_t bytes) {
   return static_cast<int>(std::max<size_t>(1, std::min<size_t>(kMaxChunks, bytes / kMinChunk)));
 }
 
+std::vector<size_t> HierarchicalPipeline::chunk_starts(size_t count, size_t es) {
+  const int k = chunks_for(count * es);
+  std::vector<size_t> starts;
+  for (int i = 0; i < k; ++i) starts.push_back(block_offset(count, k, i));
+  starts.push_back(count);
+  if (k < 2) return starts;
+  // The edge pieces end on a page boundary of the buffer where the chunk allows it, so
+  // the next piece starts as aligned as the chunk did (memcpy is slow for some
+  // misalignments, PERF_NOTES.md).
+  const size_t page = std::max<size_t>(1, 4096 / es);
+  auto piece = [&](size_t chunk) {
+    size_t p = chunk / kEdgeDivisor;
+    return p >= page ? p / page * page : p;
+  };
+  const size_t head = piece(starts[1] - starts[0]);
+  const size_t tail = piece(starts[k] - starts[k - 1]);
+  if (head > 0) starts.insert(starts.begin() + 1, starts[0] + head);
+  if (tail > 0) starts.insert(starts.end() - 1, count - tail);
+  return starts;
+}
+
+// Two hosts (the cross group is a pair): each chunk's ring is one exchange of halves
+// (send the half the peer reduces, receive the peer's share of ours, reduce ours) and
+// then an exchange of the reduced halves. Run chunk by chunk, the link would wait at
+// every turn: our send queue runs dry when a half has gone out, until the peer's half
+// has arrived, this rank has woken up and reduced it; on a loaded machine the wake-up
+// alone takes milliseconds. So chunk i+1's first half is posted as soon as chunk i's
+// is: the sends to the peer go out in the fixed order RS 0, RS 1, AG 0, RS 2, AG 1,
+// ..., the same on both ranks, so the transport matches them (it matches in posting
+// order) and the socket always holds the next bytes. Only wait() on single transfers
+// is used: wait_all() would wait for the chunk posted ahead too.
+void HierarchicalPipeline::pair_call(std::unique_lock<std::mutex>& lk) {
+  const int k = static_cast<int>(chunk_off_.size());
+  const int nl = local_.size(), lr = local_.rank();
+  const int me = cross_.rank(), peer = 1 - me;
+  const size_t es = dtype_size(dt_);
+  size_t most = 0;
+  for (int i = 0; i < k; ++i) most = std::max(most, block_count(chunk_cnt_[i], nl, lr));
+  const size_t slot = (most / 2 + 1) * es;
+  char* slots = scratch_.reserve(2 * slot);
+  struct Posted {
+    char* block = nullptr;
+    size_t mine_off = 0, mine_cnt = 0, theirs_off = 0, theirs_cnt = 0;  // elements
+    Transport::Op recv = 0, send = 0;
+  };
+  std::vector<Posted> posted(k);
+  // Rank 0 of the pair reduces the first half of every block, rank 1 the second.
+  auto post_rs = [&](int i) {
+    Posted& p = posted[i];
+    const size_t cnt = chunk_cnt_[i];
+    p.block = out_ + (chunk_off_[i] + block_offset(cnt, nl, lr)) * es;
+    const size_t bc = block_count(cnt, nl, lr);
+    const size_t h0 = bc / 2;
+    p.mine_off = me == 0 ? 0 : h0, p.mine_cnt = me == 0 ? h0 : bc - h0;
+    p.theirs_off = me == 0 ? h0 : 0, p.theirs_cnt = me == 0 ? bc - h0 : h0;
+    p.recv = cross_.irecv(peer, slots + (i % 2) * slot, p.mine_cnt * es);
+    p.send = cross_.isend(peer, p.block + p.theirs_off * es, p.theirs_cnt * es);
+  };
+  // Waits (outside the transport) until the caller thread has handed out chunk i, or
+  // the call has failed (false).
+  auto given = [&](int i) {
+    lk.lock();
+    cv_.wait(lk, [&] { return given_ > i || error_ != nullptr; });
+    const bool ok = error_ == nullptr;
+    lk.unlock();
+    return ok;
+  };
+  lk.unlock();
+  try {
+    post_rs(0);
+    bool failed = false;  // elsewhere: nothing in flight may be waited for now
+    for (int i = 0; i < k; ++i) {
+      if (i + 1 < k) {
+        if (!given(i + 1)) {
+          failed = true;
+          break;
+        }
+        post_rs(i + 1);
+      }
+      Posted& p = posted[i];
+      cross_.wait(p.recv);
+      char* mine = p.block + p.mine_off * es;
+      red_->reduce(mine, slots + (i % 2) * slot, p.mine_cnt, dt_, op_);
+      red_->scale(mine, p.mine_cnt, dt_, postscale_);
+      const Transport::Op got = cross_.irecv(peer, p.block + p.theirs_off * es, p.theirs_cnt * es);
+      const Transport::Op sent = cross_.isend(peer, mine, p.mine_cnt * es);
+      cross_.wait(p.send);
+      cross_.wait(got);
+      cross_.wait(sent);  // the caller's allgather of chunk i may rewrite our block next
+      lk.lock();
+      ++done_;
+      cv_.notify_all();
+      lk.unlock();
+    }
+    if (!failed) cross_.wait_all();
+  } catch (...) {
+    lk.lock();
+    if (!error_) error_ = std::current_exception();
+    lk.unlock();
+  }
+  lk.lock();
+}
+
 void HierarchicalPipeline::helper() {
   std::unique_lock<std::mutex> lk(mu_);
   for (;;) {
@@ -35,6 +138,12 @@ void HierarchicalPipeline::helper() {
     if (stop_) return;
     const int i = done_;
     const bool skip = error_ != nullptr;  // the call has failed: only count the chunk
+    if (i == 0 && !skip && cross_.size() == 2) {
+      // Counts the chunks it finished; after a failure the loop here counts the rest.
+      pair_call(lk);
+      cv_.notify_all();
+      continue;
+    }
     lk.unlock();
     try {
       if (!skip) {
@@ -65,7 +174,8 @@ void HierarchicalPipeline::run(const Reducer& red, const AllreduceArgs& a, bool 
   const void* in = a.in;
   void* out = a.out;
   const size_t es = dtype_size(dt);
-  const int k = chunks_for(count * es);
+  const std::vector<size_t> starts = chunk_starts(count, es);
+  const int k = static_cast<int>(starts.size()) - 1;
   const char* src = static_cast<const char*>(in);
   char* dst = static_cast<char*>(out);
   {
@@ -74,8 +184,8 @@ void HierarchicalPipeline::run(const Reducer& red, const AllreduceArgs& a, bool 
     ring_.phases = nullptr;  // the timeline's phases are the caller thread's
     chunk_off_.clear(), chunk_cnt_.clear();
     for (int i = 0; i < k; ++i) {
-      chunk_off_.push_back(block_offset(count, k, i));
-      chunk_cnt_.push_back(block_count(count, k, i));
+      chunk_off_.push_back(starts[i]);
+      chunk_cnt_.push_back(starts[i + 1] - starts[i]);
     }
     given_ = done_ = 0;
     error_ = nullptr;
@@ -108,20 +218,25 @@ void HierarchicalPipeline::run(const Reducer& red, const AllreduceArgs& a, bool 
   // more to do (it touches our buffers and the cross transport), then the peers here
   // and across hosts are told (hierarchical_give_up), so none waits for a chunk this
   // rank will not bring.
+  // The local reduce-scatter runs kLead chunks ahead of the allgather, so the helper
+  // finds chunk i+1 handed out when it finishes chunk i-1 (pair_call posts chunk i+1's
+  // first transfer before it completes chunk i).
+  constexpr int kLead = 2;
   std::exception_ptr e;
   try {
-    rs(0);
-    give(0);
-    for (int i = 1; i < k && !helper_error(); ++i) {
+    int gathered = 0;
+    for (int i = 0; i < k && !helper_error(); ++i) {
       rs(i);
       give(i);
-      wait_done(i - 1);
+      if (i < kLead) continue;
+      wait_done(gathered);
       if (helper_error()) break;
-      ag(i - 1);
+      ag(gathered++);
     }
-    if (!helper_error()) {
-      wait_done(k - 1);
-      if (!helper_error()) ag(k - 1);
+    while (gathered < k && !helper_error()) {
+      wait_done(gathered);
+      if (helper_error()) break;
+      ag(gathered++);
     }
   } catch (...) {
     e = std::current_exception();

@@ -74,10 +74,88 @@ def _calibrate(world, comm, L, n):
         comm.Barrier()
         t0 = time.perf_counter()
         np.copyto(b, a)
-        ts.append(comm.allreduce(time.perf_counter() - t0, op=MPI.MAX))
+        ts.append(_span(comm, t0, time.perf_counter()))
     # The median: on a loaded machine one rank may copy while the others wait for a core.
     mem_bw = L * 2 * a.nbytes / sorted(ts)[len(ts) // 2]  # a host's ranks at once: read + write
     return alpha, mem_bw
+
+
+def _span(comm, t0, t1):
+    """From the first rank's start to the last one's end (one clock: CLOCK_MONOTONIC is
+    the machine's, namespaces or not). Not the slowest rank's own time: on a loaded
+    machine the ranks leave a barrier one after another, and when each runs alone the
+    longest own time is far shorter than the span all of them needed (measured: 44.7
+    GB/s of host memory bandwidth for 2x2 at load 15 that way)."""
+    from mpi4py import MPI
+
+    return comm.allreduce(t1, op=MPI.MAX) - comm.allreduce(t0, op=MPI.MIN)
+
+
+def _tcp_rate(comm, H, L, addresses, link_payload, nbytes=32 << 20):
+    """(rate, alpha): the bytes per second one host's TCP carries each way while every worker streams
+    32 MiB to its ring neighbour on the next host and takes 32 MiB from the one before,
+    all at once (so every host's kernel sends and receives, like in a ring step). It is
+    the lesser of the link and the CPU path; when it reaches 0.9 of the link's payload
+    rate the link was the bound and the CPU path was not seen: infinity then (the
+    model's CPU term would only repeat the link's). Every simulated host's kernel runs
+    on the same shared cores, which is why at 10 Gbit/s this, not the link, binds."""
+    import socket
+    import threading
+
+    from mpi4py import MPI
+
+    r = comm.Get_rank()
+    h, i = divmod(r, L)
+    srv = socket.socket()
+    srv.bind((addresses[h], 0))
+    srv.listen(2)
+    ports = comm.allgather(srv.getsockname()[1])
+    right = ((h + 1) % H) * L + i
+    comm.Barrier()
+    tx = socket.create_connection((addresses[(h + 1) % H], ports[right]), timeout=60)
+    srv.settimeout(60)
+    rx, _ = srv.accept()
+    rx.settimeout(60)  # a lost peer ends the calibration, not the job's timeout
+    srv.close()
+    out = bytearray(nbytes)
+    into = memoryview(bytearray(nbytes))
+    ts = []
+    try:
+        # Latency first: every worker passes an 8-byte token to the next host and waits
+        # for the one from the host before, all at once, as in a ring step; no rank
+        # spins in MPI meanwhile (MPI's ping-pong alpha, with the others polling in a
+        # collective, came out at 4 ms for 2x2 at load 14, against 0.04-0.6 ms elsewhere).
+        token = bytearray(8)
+        comm.Barrier()
+        for k in range(120):
+            if k == 20:
+                t0 = time.perf_counter()
+            tx.sendall(token)
+            got = 0
+            while got < 8:
+                m = rx.recv_into(memoryview(token)[got:])
+                if m == 0:
+                    raise RuntimeError("TCP calibration: the connection closed")
+                got += m
+        alpha = comm.allreduce((time.perf_counter() - t0) / 100, op=MPI.MAX)
+        for _ in range(3):
+            comm.Barrier()
+            t0 = time.perf_counter()
+            th = threading.Thread(target=tx.sendall, args=(out,))
+            th.start()
+            got = 0
+            while got < nbytes:
+                k = rx.recv_into(into[got:])
+                if k == 0:
+                    raise RuntimeError("TCP calibration: the connection closed")
+                got += k
+            th.join()
+            ts.append(_span(comm, t0, time.perf_counter()))
+    finally:
+        tx.close()
+        rx.close()
+    rate = L * nbytes / sorted(ts)[len(ts) // 2]
+    return (float("inf") if rate >= 0.9 * link_payload else rate), alpha
 
 
 class _Hvdl:
@@ -151,6 +229,8 @@ def job(opts):
         comm.Free()
         return
     alpha, mem_bw = _calibrate(world, comm, L, n)
+    tcp_rate, tcp_alpha = (_tcp_rate(comm, H, L, opts["addresses"], opts["link_payload"]) if H > 1
+                           else (float("inf"), alpha))
     impls = _impls(world, comm, H, L, P, opts.get("impls"))
     sizes = opts["sizes"]
     times, wrong, traffic, iters = {}, {}, {}, {}
@@ -197,7 +277,7 @@ def job(opts):
         rows = [{"impl": k[0], "bytes": k[1], "time": statistics.median(v), "times": v,
                  "wrong": wrong[k], "traffic": traffic.get(k, {})} for k, v in times.items()]
         with open(opts["out"], "w") as f:
-            json.dump({"alpha": alpha, "mem_bw": mem_bw, "rows": rows,
+            json.dump({"alpha": alpha, "mem_bw": mem_bw, "tcp_rate": tcp_rate, "tcp_alpha": tcp_alpha, "rows": rows,
                        "impls": [i.name for i in impls]}, f, indent=1)
     comm.Free()
 
@@ -224,6 +304,7 @@ def _parse(argv):
 def main(argv):
     from ..run.launcher import find_mpirun
     from ..run.local_cluster import ClusterError, LocalCluster, parse_spec
+    from ..sim import payload_share
 
     args = _parse(argv)
     try:
@@ -245,6 +326,9 @@ def main(argv):
             with LocalCluster(H + P, [L] * H + [1] * P, link_rate=args.link_rate,
                               mtu=args.link_mtu) as c:
                 print(c.describe(), flush=True)
+                opts["addresses"] = list(c.addresses)
+                opts["link_payload"] = c.rate_bytes * payload_share(args.link_mtu) if c.rate_bytes \
+                    else float("inf")
                 cmd = [find_mpirun(), "-n", str(H * L + P), "--bind-to", "none", *c.mpirun_args()]
                 # The engine's knobs too, as horovodlite-run forwards them: each host
                 # reads its own environment at init().

@@ -1,5 +1,6 @@
 """report.md and plots of `python -m horovodlite.bench --cluster` (cluster.py): measured
 times beside the cost model's (horovodlite/sim.py) and the link bound, and traffic."""
+import dataclasses
 import json
 import os
 
@@ -29,12 +30,17 @@ def write(out_dir, res, meta):
     n = H * L
     rate = parse_rate(meta["link_rate"])
     cl = sim.Cluster(H, L, rate, latency=res["alpha"], mem_bw=res["mem_bw"], mtu=meta["mtu"],
-                     servers=max(P, 1))
+                     servers=max(P, 1), tcp_rate=res.get("tcp_rate", float("inf")))
     rows = res["rows"]
     impls = res["impls"]
     sizes = sorted({r["bytes"] for r in rows})
     by = {(r["impl"], r["bytes"]): r for r in rows}
+    # horovodlite's data crosses hosts over its own TCP connections: its model takes the
+    # latency measured over TCP where the job measured one; the MPI-based baselines MPI's.
+    ours = dataclasses.replace(cl, latency=res.get("tcp_alpha", res["alpha"]))
     ceiling = sim.payload_share(meta["mtu"])
+    tcp = (f"{cl.tcp_rate / 1e9:.2f} GB/s each way per host (the CPU path: below the link)"
+           if cl.tcp_rate != float("inf") else "as fast as the link (the CPU path not seen)")
     lines = [f"# Allreduce on a simulated cluster: {H} hosts x {L} workers"
              + (f" + {P} parameter-server host{'s' * (P > 1)}" if P else ""), ""]
     lines += [f"Command: `{meta['command']}` ({meta['when']}, {meta['wall']:.0f} s).", "",
@@ -46,9 +52,12 @@ def write(out_dir, res, meta):
               f"load average {meta['load'][0][0]:.2f} before, {meta['load'][1][0]:.2f} after), so "
               "compute-bound numbers are pessimistic; at 1 Gbit/s the link is the bottleneck.",
               f"- measured in the job and fed to the model: latency alpha = "
-              f"{res['alpha'] * 1e6:.0f} us per message (half a ping-pong between hosts), host "
+              f"{res['alpha'] * 1e6:.0f} us per message over MPI (half a ping-pong between hosts; "
+              f"{ours.latency * 1e6:.0f} us over TCP, a token passed around the hosts, for "
+              f"horovodlite's model), host "
               f"memory bandwidth {res['mem_bw'] / 1e9:.1f} GB/s (all of a host's workers copying "
-              f"at once); link payload share at MTU {meta['mtu']}: {ceiling:.3f} (TCP/IP and "
+              f"at once), TCP {tcp} (every worker streaming to the next host and taking from "
+              f"the one before, all at once); link payload share at MTU {meta['mtu']}: {ceiling:.3f} (TCP/IP and "
               "Ethernet headers count against the rate, so no TCP transfer can exceed that "
               "fraction of the bound).",
               "- bound = 2(H-1)/H x S / link rate: every host must send that much over its link. "
@@ -84,7 +93,7 @@ def write(out_dir, res, meta):
             b = sim.link_bound(cl, s)
             busbw = s / t * 2 * (n - 1) / n / 1e9
             if model:
-                p = sim.predict(model, cl, s)
+                p = sim.predict(model, ours if impl.startswith("horovodlite") else cl, s)
                 err = (p - t) / t
                 if s >= (1 << 20):
                     worst[impl] = max(worst.get(impl, 0), abs(err))
@@ -117,7 +126,7 @@ def write(out_dir, res, meta):
             cells.append(f"{i / big:.2f} / {o / big:.2f}")
         lines.append(f"| {impl} | " + " | ".join(cells) + " |")
     lines.append("")
-    plots = _plots(out_dir, cl, impls, sizes, by, n)
+    plots = _plots(out_dir, cl, ours, impls, sizes, by, n)
     for title, name in plots:
         lines += [f"### {title}", "", f"![{title}]({name})", ""]
     path = os.path.join(out_dir, "report.md")
@@ -128,7 +137,7 @@ def write(out_dir, res, meta):
     return path
 
 
-def _plots(out_dir, cl, impls, sizes, by, n):
+def _plots(out_dir, cl, ours, impls, sizes, by, n):
     try:
         import matplotlib
 
@@ -143,7 +152,8 @@ def _plots(out_dir, cl, impls, sizes, by, n):
         line, = ax.plot([p[0] for p in pts], [p[1] * 1e3 for p in pts], marker="o", ms=3, label=impl)
         model = _model_name(impl, None)
         if model:
-            ax.plot(sizes, [sim.predict(model, cl, s) * 1e3 for s in sizes], "--",
+            c = ours if impl.startswith("horovodlite") else cl
+            ax.plot(sizes, [sim.predict(model, c, s) * 1e3 for s in sizes], "--",
                     color=line.get_color(), lw=1, label=f"model: {model}")
     ax.plot(sizes, [sim.link_bound(cl, s) * 1e3 for s in sizes], ":", color="k", label="link bound")
     made.append(("Time per allreduce, measured and modelled", plotting.save(
