@@ -25,7 +25,7 @@ def _build_and_run(tmp_path, src):
 def test_collective_algorithms_in_process(tmp_path):
     _build_and_run(tmp_path, ["tests/cpp/test_collectives.cc"] + [
         f"csrc/collectives/{f}.cc" for f in ("ring", "ring_allreduce", "broadcast", "alltoall", "cpu_reducer")
-    ] + ["csrc/engine/output_pool.cc"] + sorted(str(p.relative_to(ROOT)) for p in (ROOT / "csrc/reduce").glob("*.cc")))
+    ] + ["csrc/engine/output_pool.cc", "csrc/transport/transport.cc"] + sorted(str(p.relative_to(ROOT)) for p in (ROOT / "csrc/reduce").glob("*.cc")))
 
 
 def test_negotiation_round_holds_back_a_cut_batch(tmp_path):
@@ -34,4 +34,4 @@ def test_negotiation_round_holds_back_a_cut_batch(tmp_path):
     _build_and_run(tmp_path, ["tests/cpp/test_controller.cc"] + [
         f"csrc/engine/{f}.cc" for f in ("controller", "coordinator", "response_cache", "message",
                                         "timeline", "collective_op")
-    ] + ["csrc/common/logging.cc"])
+    ] + ["csrc/common/logging.cc", "csrc/transport/transport.cc"])

@@ -50,7 +50,7 @@ def test_device_transports_in_process(tmp_path):
         pytest.skip("no C++ compiler found")
     src = ["tests/cpp/test_device_transport.cc", "csrc/transport/device_transport.cc",
            "csrc/transport/shm_window.cc", "csrc/transport/shared_arena.cc",
-           "csrc/transport/peer_health.cc",
+           "csrc/transport/peer_health.cc", "csrc/transport/transport.cc",
            "csrc/common/logging.cc"] + sorted(
         str(p.relative_to(ROOT)) for d in ("collectives", "reduce") for p in (ROOT / "csrc" / d).glob("*.cc"))
     exe = tmp_path / "test_device_transport"
