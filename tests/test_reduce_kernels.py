@@ -365,7 +365,7 @@ def test_cpp_reduce(tmp_path):
 
 
 def test_cpp_partition_and_ring(tmp_path):
-    exe = _compile(tmp_path, "test_partition.cc", [ROOT / "csrc" / "collectives" / f for f in ("ring_allreduce.cc", "ring.cc")])
+    exe = _compile(tmp_path, "test_partition.cc", [ROOT / "csrc" / "collectives" / f for f in ("ring_allreduce.cc", "ring.cc")] + [ROOT / "csrc" / "transport" / "transport.cc"])
     # 4096: several segments per block; 200: segments that are no multiple of 8 bytes
     for seg in ("4096", "200"):
         out = _run(exe, args=[seg])
