@@ -247,6 +247,9 @@ void HierarchicalPipeline::run(const Reducer& red, const AllreduceArgs& a, bool 
     if (e && !error_) error_ = e;  // the helper skips the chunks not yet started
     given = given_;
   }
+  // The helper may be waiting for a chunk this call will never hand out (pair_call's
+  // given()): the failure must wake it, or both wait for each other forever.
+  cv_.notify_all();
   if (given > 0) wait_done(given - 1);
   {
     std::lock_guard<std::mutex> g(mu_);
