@@ -230,21 +230,30 @@ def test_rank_0_dies_while_a_process_starts(tmp_path):
     assert rc == 0, out[-5000:]
     survivor = [log for log in logs if len(log["entries"]) > 1]
     assert len(survivor) == 1, [log["entries"] for log in logs]
-    entries = [e[:2] for e in survivor[0]["entries"]]
-    assert [size for _, size in entries] == [2, 1, 3], entries
-    (_, _), (restored_at, _), (grown_at, _) = entries
-    assert restored_at % 5 == 0 and grown_at % 5 == 0 and grown_at >= restored_at
     # The survivor and the two processes that grew in after the failure (the one
     # started before it exited in hvd.init(), leaving no log).
-    assert len(logs) == 3, [log["entries"] for log in logs]
+    _check_lost_then_regrown(tmp_path, logs, survivor[0], [2, 1, 3])
+
+
+def _check_lost_then_regrown(tmp_path, logs, survivor, sizes):
+    """A job that lost rank 0 while it grew: `survivor`'s log went through `sizes`
+    (start, after the failure, grown again) at commits; one log per rank of the final
+    world, all without errors, ending in that world, with equal steps and parameters,
+    equal to the replay of that schedule."""
+    entries = [e[:2] for e in survivor["entries"]]
+    assert [size for _, size in entries] == sizes, entries
+    (_, _), (restored_at, _), (grown_at, _) = entries
+    assert restored_at % 5 == 0 and grown_at % 5 == 0 and grown_at >= restored_at
+    final = sizes[-1]
+    assert len(logs) == final, [log["entries"] for log in logs]
     for log in logs:
         assert not log["errors"], log["errors"]
-        assert log["entries"][-1][:2] == (grown_at, 3)
-    assert sorted(f[0] for f in finals(logs)) == [0, 1, 2]
+        assert log["entries"][-1][:2] == (grown_at, final)
+    assert sorted(f[0] for f in finals(logs)) == list(range(final))
     steps = {f[2] for f in finals(logs)}
     params = {f[3] for f in finals(logs)}
     assert len(steps) == 1 and len(params) == 1, "ranks differ"
-    assert params.pop() == reference(tmp_path, [(0, 2), (restored_at, 1), (grown_at, 3)],
+    assert params.pop() == reference(tmp_path, [(0, sizes[0]), (restored_at, sizes[1]), (grown_at, final)],
                                      steps=steps.pop())
 
 
@@ -264,22 +273,9 @@ def test_rank_0_dies_while_a_process_joins(tmp_path, when):
     assert (tmp_path / "run" / "killed_at").exists(), out[-5000:]  # it died in grow()
     survivors = [log for log in logs if len(log["entries"]) > 1]
     assert len(survivors) == 2, [log["entries"] for log in logs]
-    entries = [e[:2] for e in survivors[0]["entries"]]
-    assert [size for _, size in entries] == [3, 2, 4], entries
-    (_, _), (restored_at, _), (grown_at, _) = entries
-    assert restored_at % 5 == 0 and grown_at % 5 == 0 and grown_at >= restored_at
     # The two survivors and the two processes that grew in after the failure (the one
     # that was joining exited in hvd.init(), leaving no log).
-    assert len(logs) == 4, [log["entries"] for log in logs]
-    for log in logs:
-        assert not log["errors"], log["errors"]
-        assert log["entries"][-1][:2] == (grown_at, 4)
-    assert sorted(f[0] for f in finals(logs)) == [0, 1, 2, 3]
-    steps = {f[2] for f in finals(logs)}
-    params = {f[3] for f in finals(logs)}
-    assert len(steps) == 1 and len(params) == 1, "ranks differ"
-    assert params.pop() == reference(tmp_path, [(0, 3), (restored_at, 2), (grown_at, 4)],
-                                     steps=steps.pop())
+    _check_lost_then_regrown(tmp_path, logs, survivors[0], [3, 2, 4])
 
 
 def test_no_failure_equals_plain_training(tmp_path):
