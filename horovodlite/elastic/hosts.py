@@ -107,6 +107,10 @@ class _Discovery:
             self._have.set()
             time.sleep(self.interval)
 
+    def answered(self):
+        """Whether the script has answered (or failed) at least once."""
+        return self._have.is_set()
+
     def latest(self, wait=0.0):
         self._have.wait(wait)
         return self.hosts
@@ -127,7 +131,7 @@ def _discover(wait=0.0):
     if _discovery["d"] is None:
         _discovery["d"] = _Discovery(script, _setting("DISCOVERY_INTERVAL"))
     d = _discovery["d"]
-    if wait > 0 and not d._have.is_set():
+    if wait > 0 and not d.answered():
         wait = max(wait, 30.0)  # the first answer
     return d.latest(wait)
 
