@@ -87,10 +87,14 @@ void HierarchicalPipeline::pair_call(std::unique_lock<std::mutex>& lk) {
     p.send = cross_.isend(peer, p.block + p.theirs_off * es, p.theirs_cnt * es);
   };
   // Waits (outside the transport) until the caller thread has handed out chunk i, or
-  // the call has failed (false).
+  // the call has failed (false). Beating meanwhile, as the caller's wait_done does: the
+  // caller is itself in watched waits (its local stages), which end by a failure that
+  // it then sets here, so this wait ends with them.
   auto given = [&](int i) {
     lk.lock();
-    cv_.wait(lk, [&] { return given_ > i || error_ != nullptr; });
+    while (!cv_.wait_for(lk, std::chrono::milliseconds(WaitWatch::kPollMs),
+                         [&] { return given_ > i || error_ != nullptr; }))
+      PeerHealth::beat();
     const bool ok = error_ == nullptr;
     lk.unlock();
     return ok;
