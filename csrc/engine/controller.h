@@ -74,7 +74,8 @@ class Controller {
   // the transport: its vote then always goes through Transport::exchange_pair.
   using RiderFor = std::function<Rider(const Response& cached)>;
   void set_riders(size_t max_bytes, RiderFor f);
-  bool riders_on() const { return static_cast<bool>(rider_for_); }
+  // The largest rider a vote carries; 0 when votes carry none (riders off).
+  size_t rider_bytes() const { return rider_for_ ? rider_max_ : 0; }
   // After a response ran: cache it (identically on every rank).
   void executed(const Response& r, const Request* local);
   // When this rank needs a round for its own timers (stall checks, cached requests

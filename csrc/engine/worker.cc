@@ -124,8 +124,8 @@ std::map<std::string, std::string> Worker::report() const {
       {"allreduce", allreduce_algorithm()},
       {"wakeup", doorbell_ ? "futex" : "poll"},
       {"negotiation", vote_ ? "shm" : "transport"},
-      {"vote_riders", controller_.riders_on() ? "on" : "off"},
-      {"vote_rider_bytes", s(rider_max_)},
+      // What the votes really carry (0: no riders), not just what was asked for.
+      {"vote_rider_bytes", s(controller_.rider_bytes())},
       {"peer_timeout_s", s(p.peer_timeout_s)},
       {"failure_report_dir", p.failure_report_dir},
   };
