@@ -30,9 +30,10 @@ import horovodlite as hvd
 
 def wait_for_ranks(me, ranks, limit=15):
     # Notes that rank `me` got this far, then waits (at most `limit` s) until every
-    # rank of `ranks` has too. For jobs where the first survivor to exit ends the job
-    # (the default launcher kills the rest when a rank exits without finalizing a
-    # broken world): every survivor reports its result first.
+    # rank of `ranks` has too. For jobs where the first survivor to exit ends the job:
+    # the default launcher kills the rest when a rank exits without finalizing a
+    # broken world. The farewell that rank says first only tells the other ranks
+    # that it left; it does not stop the launcher, so every survivor reports first.
     import time
     open(os.path.join(_out, f"reached{{me}}"), "w").close()
     deadline = time.time() + limit

@@ -536,6 +536,49 @@ def test_init_after_a_rank_left_fails_instead_of_hanging():
     print(f"\nFAULT-ROW init after a rank left: worst detection {worst:.2f} s")
 
 
+def test_a_rank_whose_script_ended_after_a_failure_is_said_to_have_left(tmp_path):
+    """Rank 2 freezes and ranks 0 and 1 find out (the heartbeat). Rank 1's script then
+    ends: its world lost a member, so it exits without MPI_Finalize, saying farewell
+    first. Rank 0's heartbeat sees rank 1's process exit (a pidfd) and must say that
+    rank 1 left (its script ended), not that it failed; rank 2 is still the one that
+    failed. Without the farewell on such an exit (or without the heartbeat reading it)
+    rank 0 says only that rank 1's process exited."""
+    report = tmp_path / "report"  # where each rank notes the failures it declared
+    report.mkdir()
+    results, out = run(3, """
+    import os, signal, time
+    def main(hvd):
+        rank = hvd.rank()
+        hvd.allreduce(np.ones(2), name="warm")
+        if rank == 2:
+            os.kill(os.getpid(), signal.SIGSTOP)
+        try:
+            hvd.allreduce(np.ones(2), name="after")
+        except hvd.HorovodInternalError:
+            pass
+        if rank == 0:
+            # The launcher ends the job once rank 1 exits without finalizing; ignoring
+            # its polite signal gives this rank's heartbeat the moment it needs.
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        wait_for_ranks(rank, (0, 1))
+        if rank == 0:
+            time.sleep(15)  # the launcher ends it once rank 1 has left
+        return rank
+    """, timeout=120, allow_failure=True, return_output=True,
+        env={"HOROVODLITE_PEER_TIMEOUT_SECONDS": str(PEER_TIMEOUT),
+             "HOROVODLITE_FAILURE_REPORT_DIR": str(report)})
+    assert results[1] == 1, (results, out[-3000:])
+    note = report / "detected.rank0"
+    assert note.exists(), out[-3000:]
+    # "detected <unix time> <failed rank> <host> <why>"
+    why = {int(ln.split()[2]): ln.split(None, 4)[4] for ln in note.read_text().splitlines()}
+    assert "no heartbeat" in why.get(2, ""), (why, out[-3000:])
+    assert 1 in why, ("rank 0 did not see rank 1 exit", why, out[-3000:])
+    assert why[1].startswith("left (its script ended and it said farewell; then its "
+                             "process exited"), why
+    assert "rank 1 (host" in out and "left (its script ended" in out, out[-3000:]
+
+
 _KILLED = r"""
 import os, signal, sys
 import numpy as np

@@ -262,8 +262,14 @@ PYBIND11_MODULE(_core, m) {
     Engine::get().shutdown();
   });
   m.def("is_initialized", [] { return Engine::get().initialized(); });
-  // Whether any world of this process lost a member (then MPI must not be finalized).
-  m.def("ever_failed", [] { return PeerHealth::get().ever_failed(); });
+  // For elastic jobs, which start MPI from Python (transport/world.h).
+  m.def("open_farewells", [] {
+    const double limit_s = Settings::from_env().real(Setting::START_TIMEOUT);
+    py::gil_scoped_release nogil;
+    mpi_open_farewells(limit_s);
+  });
+  m.def("say_farewell", [] { mpi_say_farewell(); });
+  m.def("may_finalize", [] { return mpi_may_finalize(); });
   m.def("topology", [] {
     const Topology& t = Engine::get().topology();
     py::dict d;

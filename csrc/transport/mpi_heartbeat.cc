@@ -32,8 +32,9 @@ constexpr int kBeatTag = 7;
 constexpr int kVerdictTag = 8;  // int32 failed rank, then the reason's text
 }  // namespace
 
-MpiHeartbeat::MpiHeartbeat(MPI_Comm world, const std::vector<int>& local_pids, double timeout_s)
-    : timeout_s_(timeout_s), local_pids_(local_pids) {
+MpiHeartbeat::MpiHeartbeat(MPI_Comm world, const std::vector<int>& local_pids, double timeout_s,
+                           std::function<void()> departures)
+    : timeout_s_(timeout_s), local_pids_(local_pids), departures_(std::move(departures)) {
   MPI_Comm_dup(world, &comm_);
   mpi_failures::adopt(comm_);
   MPI_Comm_rank(comm_, &rank_);
@@ -121,6 +122,7 @@ void MpiHeartbeat::loop() {
   std::vector<int> fd_rank;
   try {
     while (!stop_.load()) {
+      note_departures();
       receive_all(heard);
       receive_verdicts();
       // An engine thread stuck outside every wait: stop vouching for this process,
@@ -163,8 +165,9 @@ void MpiHeartbeat::loop() {
         }
       int n = poll(fds.data(), fds.size(), static_cast<int>(period_s_ * 1000));
       // A peer's exit may be the consequence of a failure it told us of just before:
-      // take the news first, so the cause is declared before the exit.
-      if (n > 0) receive_verdicts();
+      // take the news first, so the cause is declared before the exit; and a peer
+      // whose script ended said farewell before it exited.
+      if (n > 0) note_departures(), receive_verdicts();
       if (n > 0)
         for (size_t i = 1; i < fds.size(); ++i)
           if (fds[i].revents)

@@ -14,6 +14,7 @@
 #include <mpi.h>
 
 #include <atomic>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -23,8 +24,11 @@ namespace hvdl {
 class MpiHeartbeat {
  public:
   // Collective over `world` (duplicated). pids[r]: rank r's pid if it runs on this
-  // host, else 0.
-  MpiHeartbeat(MPI_Comm world, const std::vector<int>& local_pids, double timeout_s);
+  // host, else 0. `departures` (may be empty) passes the farewells that arrived on to
+  // PeerHealth::note_departed; it is called before every declaration, so a peer whose
+  // script ended is said to have left when its exit or its silence is seen.
+  MpiHeartbeat(MPI_Comm world, const std::vector<int>& local_pids, double timeout_s,
+               std::function<void()> departures = {});
   // Collective again after a healthy run (every rank stops together, so none mistakes
   // the others' silence for a failure); after a failure it only stops the thread.
   ~MpiHeartbeat();
@@ -34,12 +38,16 @@ class MpiHeartbeat {
   void receive_all(std::vector<std::chrono::steady_clock::time_point>& heard);
   void receive_verdicts();
   void tell_verdicts();
+  void note_departures() {
+    if (departures_) departures_();
+  }
 
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1;
   double timeout_s_, period_s_;
   std::vector<int> pidfds_;      // per rank, -1 if not local / unavailable
   std::vector<int> local_pids_;
+  std::function<void()> departures_;
   int wake_fd_ = -1;             // eventfd: ends the poll at shutdown
   std::atomic<bool> stop_{false};
   MPI_Request recv_ = MPI_REQUEST_NULL;

@@ -386,20 +386,27 @@ std::unique_ptr<Transport> adopt(MPI_Comm sub, const std::vector<int>& also_watc
 }
 
 // ---- leaving and arriving ----
-// A rank whose script ends (it may have shut down cleanly after its set failed) calls
-// MPI_Finalize and waits there for the others; a peer that calls hvd.init() again
-// meanwhile would wait for it forever in the communicator's creation. So a leaving
-// process first says so to every rank, on a communicator of its own made at MPI_Init,
-// and every collective that makes communicators (init, add_process_set) waits for
-// its peers through arrive(), which fails on such a note instead of hanging.
+// A rank whose script ends calls MPI_Finalize and waits there for the others, or
+// exits without it (its world lost a member, a grown elastic job); a peer that calls
+// hvd.init() again meanwhile would wait for it forever in the communicator's creation.
+// So every leaving process first says so to every rank, on a communicator of its own
+// made at MPI_Init, and every collective that makes communicators (init,
+// add_process_set) waits for its peers through arrive(), which fails on such a note
+// instead of hanging. The heartbeat reads the notes too (note_departures), so a peer
+// whose exit it sees afterwards is said to have left, not to have died.
 MPI_Comm g_farewell = MPI_COMM_NULL;  // a dup of MPI_COMM_WORLD, for those notes only
 std::vector<char> g_left;             // by MPI_COMM_WORLD rank: its note has arrived
+// Init's waits and the heartbeat's thread both read the notes: two threads probing
+// the same note would both receive it, and the second would wait for another.
+std::mutex g_farewell_mu;
 // A communicator creation we gave up on is still pending: MPI_Finalize could wait for
 // it forever, so the process exits without it (the launcher then ends the job).
 bool g_abandoned_creation = false;
 
 void say_farewell() {
-  if (g_farewell == MPI_COMM_NULL) return;
+  int fin = 0;
+  MPI_Finalized(&fin);
+  if (g_farewell == MPI_COMM_NULL || fin) return;
   int me = 0, n = 1;
   MPI_Comm_rank(g_farewell, &me);
   MPI_Comm_size(g_farewell, &n);
@@ -411,9 +418,10 @@ void say_farewell() {
   }
 }
 
-// World ranks of MPI_COMM_WORLD whose farewell arrived, among `comm`'s members.
-std::vector<int> departed_members(MPI_Comm comm) {
-  if (g_farewell == MPI_COMM_NULL) return {};
+// Reads the notes that arrived into g_left; whether MPI_COMM_WORLD rank `w` has left.
+bool has_left(int w) {
+  if (g_farewell == MPI_COMM_NULL) return false;
+  std::lock_guard<std::mutex> l(g_farewell_mu);
   for (;;) {
     int flag = 0;
     MPI_Status st;
@@ -422,7 +430,12 @@ std::vector<int> departed_members(MPI_Comm comm) {
     MPI_Recv(&v, 1, MPI_BYTE, st.MPI_SOURCE, 0, g_farewell, MPI_STATUS_IGNORE);
     if (st.MPI_SOURCE >= 0 && st.MPI_SOURCE < static_cast<int>(g_left.size())) g_left[st.MPI_SOURCE] = 1;
   }
-  std::vector<int> out;
+  return w >= 0 && w < static_cast<int>(g_left.size()) && g_left[w];
+}
+
+// The MPI_COMM_WORLD rank of each member of `comm`, by rank in `comm` (MPI_UNDEFINED
+// for a process of another MPI_COMM_WORLD: one spawned to grow an elastic job).
+std::vector<int> comm_world_ranks(MPI_Comm comm) {
   MPI_Group world, mine;
   MPI_Comm_group(MPI_COMM_WORLD, &world);
   MPI_Comm_group(comm, &mine);
@@ -431,23 +444,28 @@ std::vector<int> departed_members(MPI_Comm comm) {
   std::vector<int> in(n), as_world(n, MPI_UNDEFINED);
   for (int i = 0; i < n; ++i) in[i] = i;
   MPI_Group_translate_ranks(mine, n, in.data(), world, as_world.data());
-  for (int w : as_world)
-    if (w >= 0 && w < static_cast<int>(g_left.size()) && g_left[w]) out.push_back(w);
   MPI_Group_free(&world);
   MPI_Group_free(&mine);
-  return out;
+  return as_world;
 }
 
 // Throws, naming them, when members of `comm` have left (their farewell arrived).
 void fail_if_departed(MPI_Comm comm, const char* what) {
-  auto gone = departed_members(comm);
-  if (gone.empty()) return;
-  g_abandoned_creation = true;
   std::string list;
-  for (int g : gone) list += (list.empty() ? "" : ", ") + std::to_string(g);
+  for (int w : comm_world_ranks(comm))
+    if (has_left(w)) list += (list.empty() ? "" : ", ") + std::to_string(w);
+  if (list.empty()) return;
+  g_abandoned_creation = true;
   throw PeerFailure(std::string("horovodlite: ") + what + ": rank(s) " + list +
-                    " of MPI_COMM_WORLD have left (their script ended and called "
-                    "MPI_Finalize); MPI cannot make a new group with them");
+                    " of MPI_COMM_WORLD have left (their script ended); MPI cannot make a "
+                    "new group with them");
+}
+
+// Tells PeerHealth which ranks of a world have left; `world_of_rank`: comm_world_ranks
+// of that world (PeerHealth numbers ranks as the world does).
+void note_departures(const std::vector<int>& world_of_rank) {
+  for (size_t r = 0; r < world_of_rank.size(); ++r)
+    if (has_left(world_of_rank[r])) PeerHealth::get().note_departed(static_cast<int>(r));
 }
 
 // How the waits of a world being made wait (arrive, the first dup and allgathers):
@@ -520,21 +538,20 @@ std::unique_ptr<Transport> MpiTransport::split(int color, int key) {
 
 bool g_we_initialized = false;
 
+bool may_finalize() { return !g_abandoned_creation && !PeerHealth::get().ever_failed(); }
+
 void finalize_at_exit() {
+  // Whether it finalizes or not, a leaving process says so: a peer waiting for it in a
+  // communicator's creation (one we gave up, or the next hvd.init()) fails on the note
+  // instead of waiting until its own timeout.
+  say_farewell();
   // MPI_Finalize is collective in practice: after a peer was lost it can wait for
   // that peer forever. A broken world is left unfinalized; the process just exits
   // (the launcher then reports it, which is what a failed job should get).
-  if (g_abandoned_creation) {
-    // Peers may still be waiting in the creation we gave up: they fail on this note
-    // instead of waiting for us until their own timeout.
-    say_farewell();
-    return;
-  }
-  if (PeerHealth::get().ever_failed()) return;
+  if (!may_finalize()) return;
   int fin = 0;
   MPI_Finalized(&fin);
   if (fin) return;
-  say_farewell();
   MPI_Finalize();
 }
 
@@ -542,6 +559,23 @@ void finalize_at_exit() {
 // can interrupt it: a rank that froze or never got that far would hold the others
 // there forever. So past the start timeout the waiting process ends itself, saying
 // why (the launcher then ends the job); every later wait of init() raises instead.
+// The farewells' communicator (waiting as the rest of init() does: dup_arriving,
+// without farewells to look at yet). Collective over MPI_COMM_WORLD, right after
+// MPI_Init; once.
+void open_farewells(double start_timeout_s) {
+  if (g_farewell != MPI_COMM_NULL) return;
+  int n = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  g_left.assign(n, 0);
+  MPI_Comm farewell;
+  MPI_Request r;
+  const char* what = "hvd.init() (MPI_Comm_dup after MPI_Init; HOROVODLITE_START_TIMEOUT)";
+  check(MPI_Comm_idup(MPI_COMM_WORLD, &farewell, &r), what);
+  wait_arriving(&r, MPI_COMM_WORLD, what, start_timeout_s, false, false);
+  MPI_Comm_set_errhandler(farewell, MPI_ERRORS_RETURN);
+  g_farewell = farewell;
+}
+
 class InitWatchdog {
  public:
   explicit InitWatchdog(double limit_s) {
@@ -587,18 +621,8 @@ void ensure_mpi_initialized(double start_timeout_s) {
   // MPI can be initialised only once per process, so it lives until exit and
   // init() -> shutdown() -> init() reuses it; mpirun expects MPI_Finalize before exit.
   std::atexit(finalize_at_exit);
-  int n = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  g_left.assign(n, 0);
-  // Every rank starts here, so the farewells' communicator is made now (waiting as
-  // the rest of init() does: dup_arriving, without farewells to look at yet).
-  MPI_Comm farewell;
-  MPI_Request r;
-  const char* what = "hvd.init() (MPI_Comm_dup after MPI_Init; HOROVODLITE_START_TIMEOUT)";
-  check(MPI_Comm_idup(MPI_COMM_WORLD, &farewell, &r), what);
-  wait_arriving(&r, MPI_COMM_WORLD, what, start_timeout_s, false, false);
-  MPI_Comm_set_errhandler(farewell, MPI_ERRORS_RETURN);
-  g_farewell = farewell;
+  // Every rank starts here, so the farewells' communicator is made now.
+  open_farewells(start_timeout_s);
 }
 
 std::string host_name(const std::string& override_name) {
@@ -646,7 +670,8 @@ class MpiWorld : public World {
     std::vector<int> local(topo_.size, 0);
     for (int r = 0; r < topo_.size; ++r)
       if (topo_.host_of_rank[r] == topo_.host_of_rank[topo_.rank]) local[r] = pids[r];
-    heartbeat_ = std::make_unique<MpiHeartbeat>(comm_, local, timeout_s);
+    heartbeat_ = std::make_unique<MpiHeartbeat>(
+        comm_, local, timeout_s, [world_of_rank = comm_world_ranks(comm_)] { note_departures(world_of_rank); });
   }
 
   const Topology& topology() const override { return topo_; }
@@ -721,5 +746,9 @@ std::unique_ptr<World> make_mpi_world(long long fortran_comm, const std::vector<
 }
 
 bool mpi_built() { return true; }
+
+void mpi_open_farewells(double start_timeout_s) { open_farewells(start_timeout_s); }
+void mpi_say_farewell() { say_farewell(); }
+bool mpi_may_finalize() { return may_finalize(); }
 
 }  // namespace hvdl

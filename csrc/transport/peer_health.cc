@@ -39,6 +39,7 @@ void PeerHealth::reset(int my_rank, std::vector<std::string> hosts, std::vector<
   pids_.resize(hosts_.size(), 0);
   why_.assign(hosts_.size(), "");
   order_.assign(hosts_.size(), 0);
+  departed_.assign(hosts_.size(), 0);
   reason_.assign(hosts_.size(), "");
   declared_ = 0;
   unknown_why_.clear();
@@ -58,7 +59,12 @@ void PeerHealth::declare(int rank, const std::string& why) {
   std::vector<std::function<void()>> hooks;
   {
     std::lock_guard<std::mutex> l(mu_);
-    std::string msg = "horovodlite: " + describe(rank) + " failed: " + why;
+    // A rank that said farewell first ended its script: however its end was seen
+    // (a pidfd, silence), it left; the others' waits fail on it all the same.
+    const bool left = rank >= 0 && rank < static_cast<int>(departed_.size()) && departed_[rank];
+    const std::string what =
+        left ? "left (its script ended and it said farewell; then " + why + ")" : "failed: " + why;
+    std::string msg = "horovodlite: " + describe(rank) + " " + what;
     // Visible to check() before the lock is released: a thread whose own declaration
     // of the same rank returns here at once must find the failure when it checks.
     if (rank >= 0 && rank < static_cast<int>(why_.size())) {
@@ -80,7 +86,7 @@ void PeerHealth::declare(int rank, const std::string& why) {
         clock_gettime(CLOCK_REALTIME, &ts);
         std::fprintf(f, "detected %.6f %d %s %s\n", ts.tv_sec + ts.tv_nsec * 1e-9, rank,
                      rank >= 0 && rank < static_cast<int>(hosts_.size()) ? hosts_[rank].c_str() : "?",
-                     why.c_str());
+                     (left ? what : why).c_str());
         std::fclose(f);
       }
     }
@@ -114,6 +120,11 @@ void PeerHealth::declare_pid(int pid, const std::string& why) {
 bool PeerHealth::failed(int rank) const {
   std::lock_guard<std::mutex> l(mu_);
   return rank >= 0 && rank < static_cast<int>(why_.size()) && !why_[rank].empty();
+}
+
+void PeerHealth::note_departed(int rank) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (rank >= 0 && rank < static_cast<int>(departed_.size())) departed_[rank] = 1;
 }
 
 std::string PeerHealth::reason(int rank) const {

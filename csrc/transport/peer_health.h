@@ -57,6 +57,11 @@ class PeerHealth {
   // the dead process).
   bool ever_failed() const { return ever_.load(std::memory_order_acquire); }
   bool failed(int rank) const;
+  // `rank`'s script ended: the farewell it sends as it exits has arrived (told by the
+  // MPI world, which receives those notes: mpi_transport.cc). A failure declared for
+  // it later (its process exited, its heartbeat stopped) is then worded as its leaving,
+  // not as a death; it counts as a failure all the same (it is gone). Until reset().
+  void note_departed(int rank);
   // Why `rank` was declared failed, as its declarer put it ("" while healthy): what
   // the heartbeat tells the other ranks, so every survivor names the same cause.
   std::string reason(int rank) const;
@@ -107,6 +112,7 @@ class PeerHealth {
   std::vector<std::string> why_;  // per rank, "" while healthy
   std::vector<std::string> reason_;  // per rank, the `why` it was declared with
   std::vector<uint64_t> order_;   // per rank, when it was declared (1, 2, ...; 0 healthy)
+  std::vector<char> departed_;    // per rank, its farewell arrived (note_departed)
   uint64_t declared_ = 0;         // declarations so far in this world
   std::string unknown_why_;       // a failure of a rank we could not tell
   std::string first_;

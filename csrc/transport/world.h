@@ -73,6 +73,17 @@ std::unique_ptr<World> make_mpi_world(long long fortran_comm, const std::vector<
                                       const std::string& hostname = "",
                                       double start_timeout_s = 0);
 bool mpi_built();
+// Every process says farewell to the others as its script ends (mpi_transport.cc,
+// "leaving and arriving"), so none waits for it in a communicator's creation. Where
+// MPI was started by someone else (mpi4py: elastic jobs), that one calls these:
+// mpi_open_farewells right after MPI_Init, collective over MPI_COMM_WORLD (nothing if
+// open already); mpi_say_farewell at exit, before MPI_Finalize or instead of it
+// (nothing if never opened or MPI is finalized); and it calls MPI_Finalize only if
+// mpi_may_finalize() (no world of this process lost a member, no communicator
+// creation was given up: either could make MPI_Finalize wait forever).
+void mpi_open_farewells(double start_timeout_s);
+void mpi_say_farewell();
+bool mpi_may_finalize();
 // True when the MPI library moves GPU memory itself (CUDA-aware); call after MPI_Init.
 bool mpi_cuda_aware();
 

@@ -105,8 +105,13 @@ def _finish_together():
     rank until its peers are done: one still completing its last commit took the
     others' exit for a failure, re-formed the world at the last step and started
     processes for their slots (seen in CI: a reset at step 60 of 60, two processes
-    spawned and joined after two ranks had finished). A failure now changes nothing:
-    training is over."""
+    spawned and joined after two ranks had finished). The farewell a leaving process
+    says (world._finalize) does not make this unneeded: it tells a peer that the rank
+    left (its heartbeat names it so, a communicator's creation fails at once instead of
+    waiting), but a rank still in its last commit fails all the same, and elastic
+    training treats any failure as one to recover from. The end of training is a
+    collective event, so the ranks agree on it here, before any leaves. A failure now
+    changes nothing: training is over."""
     from ..basics import HorovodInternalError
     from ..ops import barrier
 

@@ -12,7 +12,9 @@ job also shrinks when discovery reports fewer slots: the ranks that leave split 
 and exit (remove()).
 
 MPI_Finalize after a member died can wait for it forever (seen about one exit in six),
-so a process whose world ever lost a member exits without finalizing."""
+so a process whose world ever lost a member exits without finalizing. Finalizing or
+not, every process says farewell as it exits (the core's, transport/world.h), so a
+peer waiting for it in a communicator's creation fails at once instead of waiting."""
 import atexit
 import os
 import sys
@@ -40,16 +42,17 @@ def mpi():
 
 
 def _will_not_finalize():
-    """A process that lost a member (or whose engine saw one fail) does not finalize:
-    MPI_Finalize waits for every process of the job (seen hanging in about one exit in
-    six after a death). It is all or none: a process that finalizes while another of
-    the job exits without it makes mpirun abort the job or report a failure."""
+    """A process that lost a member (or whose engine saw one fail, or gave up making a
+    communicator) does not finalize: MPI_Finalize waits for every process of the job
+    (seen hanging in about one exit in six after a death). It is all or none: a
+    process that finalizes while another of the job exits without it makes mpirun
+    abort the job or report a failure."""
     if _state["lost"]:
         return True
     try:
         from .._loader import _core
 
-        return bool(_core.ever_failed())
+        return not _core.may_finalize()
     except Exception:
         return False
 
@@ -58,6 +61,12 @@ def _finalize():
     MPI = _state["mpi"]
     if MPI.Is_finalized():
         return
+    try:  # finalizing or not (a grown job never does): tell the others we left
+        from .._loader import _core
+
+        _core.say_farewell()
+    except Exception:  # noqa: BLE001 - leaving must not fail on it
+        pass
     if _state.get("spawned"):
         # Never MPI_Finalize here (see start_growth); without PMIx_Finalize mpirun
         # would fail the job for this exit (pmix.py).
@@ -103,6 +112,11 @@ def comm():
             c = growth_mod.join_at_init(_state.pop("joining"))
             _state["joined"] = _state["join_pending"] = True
         else:
+            from .._loader import _core
+
+            # The core's farewells (it opens them itself only where it starts MPI):
+            # collective over MPI_COMM_WORLD as the Dup is, on every process.
+            _core.open_farewells()
             c = MPI.COMM_WORLD.Dup()
         c.Set_errhandler(MPI.ERRORS_RETURN)
         _state["comm"] = c

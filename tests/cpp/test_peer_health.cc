@@ -6,6 +6,9 @@
 // 2. The same through check_pids (shared-memory windows know peers by pid).
 // 3. reason() keeps the declarer's own words (what the heartbeat tells the others);
 //    the first declaration of a rank counts; reset() forgets everything.
+// 4. A rank whose farewell arrived (note_departed) and is then declared is said to have
+//    left (its script ended), not to have failed; it still fails the checks; reset()
+//    forgets the departures with the rest.
 #include <string>
 #include <vector>
 
@@ -58,5 +61,20 @@ int main() {
   h.declare(0, "first now");
   h.declare(2, "second now");
   CHECK(has(caught({2, 0}), "first now"));  // order of declaration, not of the list
+
+  h.reset(1, {"a", "a", "b"}, {100, 101, 102}, 3.0);
+  h.note_departed(0);
+  h.declare(0, "its process exited (pid 100)");
+  h.declare(2, "its process exited (pid 102)");
+  const std::string left = caught({0, 1});
+  CHECK(has(left, "rank 0 (host a, pid 100) left (its script ended") && !has(left, "failed") &&
+            has(left, "its process exited (pid 100)"),
+        "%s", left.c_str());
+  CHECK(has(caught({2}), "rank 2 (host b, pid 102) failed: its process exited"), "%s",
+        caught({2}).c_str());
+  CHECK(h.reason(0) == "its process exited (pid 100)", "%s", h.reason(0).c_str());  // as told
+  h.reset(1, {"a", "a", "b"}, {100, 101, 102}, 3.0);
+  h.declare(0, "its process exited (pid 100)");
+  CHECK(has(caught({0}), "rank 0 (host a, pid 100) failed:"), "%s", caught({0}).c_str());
   return hvdl::test::finish("peer_health");
 }
