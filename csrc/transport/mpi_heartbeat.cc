@@ -13,6 +13,7 @@
 
 #include "../common/logging.h"
 #include "mpi_failures.h"
+#include "mpi_take_arrived.h"
 #include "peer_health.h"
 
 namespace hvdl {
@@ -69,22 +70,18 @@ void MpiHeartbeat::receive_all(std::vector<Clock::time_point>& heard) {
 void MpiHeartbeat::receive_verdicts() {
   PeerHealth& health = PeerHealth::get();
   for (;;) {
-    int flag = 0, n = 0;
-    MPI_Status st;
-    int rc = MPI_Iprobe(MPI_ANY_SOURCE, kVerdictTag, comm_, &flag, &st);
-    if (rc != MPI_SUCCESS) mpi_failures::raise(comm_, rc, "the heartbeat's MPI_Iprobe");
-    if (!flag) return;
-    MPI_Get_count(&st, MPI_BYTE, &n);
-    std::string buf(static_cast<size_t>(std::max(n, 0)), '\0');
-    rc = MPI_Recv(buf.data(), n, MPI_BYTE, st.MPI_SOURCE, kVerdictTag, comm_, MPI_STATUS_IGNORE);
-    if (rc != MPI_SUCCESS) mpi_failures::raise(comm_, rc, "the heartbeat's MPI_Recv");
+    std::string buf;
+    int from = -1, rc = MPI_SUCCESS;
+    const bool got = take_arrived(comm_, kVerdictTag, &buf, &from, &rc);
+    if (rc != MPI_SUCCESS) mpi_failures::raise(comm_, rc, "the heartbeat's receive of a verdict");
+    if (!got) return;
     int32_t failed = -1;
     if (buf.size() < sizeof(failed)) continue;
     std::memcpy(&failed, buf.data(), sizeof(failed));
     if (failed < 0 || failed >= size_ || failed == rank_) continue;
     told_[failed] = 1;  // the declarer tells everyone; no need to pass it on
     health.declare(failed, buf.substr(sizeof(failed)) + " (as rank " +
-                               std::to_string(st.MPI_SOURCE) + " saw it)");
+                               std::to_string(from) + " saw it)");
   }
 }
 
@@ -211,11 +208,9 @@ MpiHeartbeat::~MpiHeartbeat() {
   for (auto& s : sends_)
     if (s != MPI_REQUEST_NULL) MPI_Wait(&s, MPI_STATUS_IGNORE);
   delete verdicts_;  // none were sent: the world stayed healthy
-  int flag = 1;
-  while (flag) {
-    MPI_Status st;
-    MPI_Iprobe(MPI_ANY_SOURCE, kBeatTag, comm_, &flag, &st);
-    if (flag) MPI_Recv(&in_, 1, MPI_BYTE, st.MPI_SOURCE, kBeatTag, comm_, MPI_STATUS_IGNORE);
+  std::string beat;  // drain the beats still arriving (Comm_free wants none pending)
+  int from = -1, rc = MPI_SUCCESS;
+  while (take_arrived(comm_, kBeatTag, &beat, &from, &rc)) {
   }
   MPI_Comm_free(&comm_);
 }

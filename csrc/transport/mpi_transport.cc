@@ -18,6 +18,7 @@
 #include "../common/logging.h"
 #include "mpi_failures.h"
 #include "mpi_heartbeat.h"
+#include "mpi_take_arrived.h"
 #include "peer_health.h"
 #include "watched_wait.h"
 #include "world.h"
@@ -422,14 +423,10 @@ void say_farewell() {
 bool has_left(int w) {
   if (g_farewell == MPI_COMM_NULL) return false;
   std::lock_guard<std::mutex> l(g_farewell_mu);
-  for (;;) {
-    int flag = 0;
-    MPI_Status st;
-    if (MPI_Iprobe(MPI_ANY_SOURCE, 0, g_farewell, &flag, &st) != MPI_SUCCESS || !flag) break;
-    uint8_t v;
-    MPI_Recv(&v, 1, MPI_BYTE, st.MPI_SOURCE, 0, g_farewell, MPI_STATUS_IGNORE);
-    if (st.MPI_SOURCE >= 0 && st.MPI_SOURCE < static_cast<int>(g_left.size())) g_left[st.MPI_SOURCE] = 1;
-  }
+  std::string note;
+  int from = -1, rc = MPI_SUCCESS;
+  while (take_arrived(g_farewell, 0, &note, &from, &rc))
+    if (from >= 0 && from < static_cast<int>(g_left.size())) g_left[from] = 1;
   return w >= 0 && w < static_cast<int>(g_left.size()) && g_left[w];
 }
 
