@@ -39,6 +39,10 @@ if mode.endswith("-hier"):  # two ranks per pretend host: shared memory and the 
     os.environ["HOROVODLITE_HOSTNAME_OVERRIDE"] = "h%d" % (int(os.environ["OMPI_COMM_WORLD_RANK"]) // 2)
     os.environ["HOROVODLITE_HIERARCHICAL_ALLREDUCE"] = "1"
     mode = mode[:-len("-hier")]
+if mode.endswith("-flat"):  # the same pretend hosts, the flat ring across them over TCP
+    os.environ["HOROVODLITE_HOSTNAME_OVERRIDE"] = "h%d" % (int(os.environ["OMPI_COMM_WORLD_RANK"]) // 2)
+    os.environ["HOROVODLITE_HIERARCHICAL_ALLREDUCE"] = "0"
+    mode = mode[:-len("-flat")]
 hvd.init()
 r = hvd.rank()
 victim = hvd.size() - 1
@@ -252,9 +256,11 @@ def _check_survivors(mode, results, victim, out, np_=3):
     ("kill-remote", "--with-ft ulfm"),  # a dead peer on another host: its connections break
     ("stop-hier", ""),              # 2 pretend hosts x 2: shared memory, then TCP across
     ("kill-hier", "--with-ft ulfm"),
+    ("stop-flat", ""),              # 2 pretend hosts x 2, the flat ring across them over TCP
+    ("kill-flat", "--with-ft ulfm"),
 ])
 def test_dead_or_frozen_rank(tmp_path, mode, mpi_args):
-    _dead_or_frozen(tmp_path, mode, mpi_args, np_=4 if mode.endswith("-hier") else 3)
+    _dead_or_frozen(tmp_path, mode, mpi_args, np_=4 if mode.endswith(("-hier", "-flat")) else 3)
 
 
 @pytest.mark.parametrize("mode,mpi_args", [

@@ -48,18 +48,21 @@ def main(hvd):
     bad, seen = [], {}
     r = int(os.environ["OMPI_COMM_WORLD_RANK"])
     info = {"host": socket.gethostname()}
-    # "hierarchical.tcp": small blocks too over the TCP data plane (by default those
-    # under HOROVODLITE_TCP_MIN_BYTES cross over MPI), so both planes see every op.
-    for path, env in (("flat", "0"), ("hierarchical", ""), ("hierarchical.tcp", "")):
+    # "*.tcp": small blocks too over the TCP data plane (by default those under
+    # HOROVODLITE_TCP_MIN_BYTES cross over MPI), so both planes see every op, on the
+    # flat ring across hosts and on the hierarchical path.
+    for path, env in (("flat", "0"), ("flat.tcp", "0"), ("hierarchical", ""),
+                      ("hierarchical.tcp", "")):
         os.environ.pop("HOROVODLITE_HIERARCHICAL_ALLREDUCE", None)
         os.environ.pop("HOROVODLITE_TCP_MIN_BYTES", None)
         if env:
             os.environ["HOROVODLITE_HIERARCHICAL_ALLREDUCE"] = env
-        if path == "hierarchical.tcp":
+        if path.endswith(".tcp"):
             os.environ["HOROVODLITE_TCP_MIN_BYTES"] = "0"
         hvd.init()
         n = hvd.size()
         info[path] = _core.allreduce_algorithm(0)
+        info[path + ".over"] = "TCP" if _core.engine_report(0).get("tcp_addresses") else "MPI"
         info["local"] = (hvd.local_rank(), hvd.local_size(), hvd.cross_rank(), hvd.cross_size())
         for dt in REDUCIBLE:
             for op in (hvd.Sum, hvd.Average, hvd.Min, hvd.Max, hvd.Product):
@@ -161,10 +164,14 @@ def test_bitwise_identical_on_all_ranks(job):
 def test_allreduce_paths(job):
     hosts, slots, _, results = job
     for res in results:
-        assert res["info"]["flat"] == "ring"
+        info = res["info"]
+        assert info["flat"] == info["flat.tcp"] == "ring"
         # across hosts the hierarchical path is the automatic choice, also with one
         # rank per host (its cross-host ring runs over direct TCP)
-        assert res["info"]["hierarchical"] == "hierarchical"
+        assert info["hierarchical"] == "hierarchical"
+        # both move their large blocks over direct TCP across hosts
+        for path in ("flat", "flat.tcp", "hierarchical", "hierarchical.tcp"):
+            assert info[path + ".over"] == "TCP", f"{path}: across hosts over {info[path + '.over']}"
 
 
 def test_small_cached_allreduces_ride_with_the_vote_only_in_sets_of_two(job):

@@ -65,6 +65,21 @@ def test_tree_takes_log_rounds():
     assert sim.predict("tree", c, 1e6) == pytest.approx(2 * 3 * 1e6 / c.payload_rate, rel=1e-6)
 
 
+def test_a_bucket_lets_an_idle_direction_send_its_burst_at_once():
+    """tbf's bucket, calls back to back. The tree on 2 x 1: the reduce goes one way, the
+    broadcast the other, so each direction idles for the other's transfer and sends its
+    burst at once: each transfer takes (S - burst)/B. The ring keeps both directions
+    busy: with no idle time between calls its bucket never refills, whatever its size."""
+    S, burst = 1 * MiB, 256 * 1024
+    strict = sim.Cluster(2, 1, link_rate=125e6, latency=0.0, mem_bw=1e15, mtu=9000)
+    bucket = sim.Cluster(2, 1, link_rate=125e6, latency=0.0, mem_bw=1e15, mtu=9000, burst=burst)
+    B = strict.payload_rate
+    cap = burst * sim.payload_share(9000)
+    assert sim.predict("tree", strict, S) == pytest.approx(2 * S / B, rel=1e-9)
+    assert sim.predict("tree", bucket, S) == pytest.approx(2 * (S - cap) / B, rel=1e-9)
+    assert sim.predict("ring", bucket, S) == pytest.approx(sim.predict("ring", strict, S), rel=1e-9)
+
+
 def test_unknown_algorithm():
     with pytest.raises(ValueError, match="unknown algorithm 'star'"):
         sim.predict("star", sim.Cluster(2, 1, 1e8), 1)

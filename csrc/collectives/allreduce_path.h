@@ -2,6 +2,7 @@
 // ways per device (allreduce_paths.h chooses among them); each is one object in one
 // file of this folder:
 //   ring_path.cc          the flat ring over the set's transport, host memory
+//   cross_host_ring_path.cc  the flat ring across hosts, large blocks over direct TCP
 //   shm_path.cc           the shared-memory pipeline, ordinary or streaming stores
 //   zero_copy_path.cc     shared memory, reduced where the tensors lie (shared arenas)
 //   hierarchical_path.cc  shared memory in each host, a ring across hosts
@@ -74,6 +75,11 @@ class AllreducePath {
 // ---- the paths, one file each ----
 // The flat ring over `t` (host memory; out of place it reads the input where it lies).
 std::unique_ptr<AllreducePath> make_ring_path(Transport& t);
+// The flat ring across hosts: over `tcp` (a TCP transport of the set's ranks, which it
+// owns), except spans whose blocks are under `small_bytes`, which go over `small` (the
+// set's transport, which outlives the path).
+std::unique_ptr<AllreducePath> make_cross_host_ring_path(std::unique_ptr<Transport> tcp,
+                                                         Transport& small, size_t small_bytes);
 // The shared-memory pipeline through `shm`'s window, writing its slots with ordinary
 // or (`stream`) non-temporal stores.
 std::unique_ptr<AllreducePath> make_shm_path(std::shared_ptr<ShmCollectives> shm, bool stream);

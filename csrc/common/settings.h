@@ -73,8 +73,8 @@ enum class SettingType { INT, REAL, BOOL, STRING };
     "1/0 forces the host-local shm + cross-host ring path on or off (auto: on when several " \
     "hosts run the same number of ranks each, more than one; Horovod's default is off)")     \
   X(TCP_TRANSPORT, BOOL, "1", false,                                                         \
-    "the hierarchical path moves its cross-host data over its own TCP connections (0 = "     \
-    "over MPI)")                                                                              \
+    "the paths across hosts (hierarchical, flat ring) move their cross-host data over "     \
+    "their own TCP connections (0 = over MPI)")                                               \
   X(TCP_IF_INCLUDE, STRING, "", false,                                                       \
     "networks (CIDR) or interfaces, comma separated, for those connections (default: "      \
     "OpenMPI's OMPI_MCA_btl_tcp_if_include, else every non-loopback IPv4 address)")         \

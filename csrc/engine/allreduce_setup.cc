@@ -66,6 +66,41 @@ std::unique_ptr<AllreducePaths> flat_ring(Transport& set) {
   return paths;
 }
 
+TcpOptions tcp_options(const Settings& s) {
+  TcpOptions o;
+  o.one_machine = s.is_set(Setting::HOSTNAME_OVERRIDE);
+  o.if_include = s.str(Setting::TCP_IF_INCLUDE);
+  o.timeout_s = s.real(Setting::TCP_TIMEOUT_SECONDS);
+  o.spin_us = static_cast<int>(std::max<long long>(0, s.integer(Setting::TCP_SPIN_US)));
+  return o;
+}
+
+size_t tcp_min_bytes(const Settings& s) {
+  return static_cast<size_t>(std::max<long long>(0, s.integer(Setting::TCP_MIN_BYTES)));
+}
+
+// The flat ring over a set that spans hosts: its large blocks over direct TCP
+// (cross_host_ring_path.cc) when TCP_TRANSPORT allows it and every pair connects.
+// Collective: every rank reads the same settings (the launcher forwards them) and
+// the same host count, so all of them take part or none does.
+std::unique_ptr<AllreducePaths> ring_across_hosts(Transport& set, const Settings& s) {
+  if (!s.flag(Setting::TCP_TRANSPORT)) return flat_ring(set);
+  std::unique_ptr<Transport> own;  // the TCP transport's control plane
+  try {
+    own = set.split(0, set.rank());
+  } catch (const std::logic_error&) {  // before any communication: the same on all ranks
+    return flat_ring(set);
+  }
+  auto tcp = make_tcp_transport(own, tcp_options(s));
+  if (!tcp) return flat_ring(set);
+  HVDL_LOG(DEBUG) << "allreduce: flat ring across hosts, large blocks over TCP";
+  const TcpInfo* info = tcp_info(*tcp);  // read before the path takes tcp
+  auto paths = std::make_unique<AllreducePaths>("ring", nullptr);
+  if (info) paths->set_cross_tcp(*info);
+  paths->contender(make_cross_host_ring_path(std::move(tcp), set, tcp_min_bytes(s)));
+  return paths;
+}
+
 }  // namespace
 
 std::unique_ptr<AllreducePaths> make_host_allreduce_paths(Transport& set,
@@ -105,7 +140,7 @@ std::unique_ptr<AllreducePaths> make_host_allreduce_paths(Transport& set,
     paths->set_shm_info({opts, shm->mechanism(), shm->has_step_hook()});
     return paths;
   }
-  if (kind != "hierarchical") return flat_ring(set);
+  if (kind != "hierarchical") return topo.hosts > 1 ? ring_across_hosts(set, settings) : flat_ring(set);
 
   std::unique_ptr<Transport> local_t, cross_t;
   try {
@@ -120,12 +155,7 @@ std::unique_ptr<AllreducePaths> make_host_allreduce_paths(Transport& set,
   bool cross_is_tcp = false;
   Transport* cross_mpi = cross_t.get();  // still alive inside the TCP transport that wraps it
   if (cross_t->size() > 1 && settings.flag(Setting::TCP_TRANSPORT)) {
-    TcpOptions tcp_opts;
-    tcp_opts.one_machine = settings.is_set(Setting::HOSTNAME_OVERRIDE);
-    tcp_opts.if_include = settings.str(Setting::TCP_IF_INCLUDE);
-    tcp_opts.timeout_s = settings.real(Setting::TCP_TIMEOUT_SECONDS);
-    tcp_opts.spin_us = static_cast<int>(std::max<long long>(0, settings.integer(Setting::TCP_SPIN_US)));
-    if (auto tcp = make_tcp_transport(cross_t, tcp_opts)) {
+    if (auto tcp = make_tcp_transport(cross_t, tcp_options(settings))) {
       cross_t = std::move(tcp);
       cross_is_tcp = true;
     }
@@ -150,9 +180,8 @@ std::unique_ptr<AllreducePaths> make_host_allreduce_paths(Transport& set,
   AllreducePaths::ShmInfo info{opts, local ? local->mechanism() : "", local && local->has_step_hook()};
   const TcpInfo* tcp = tcp_info(*cross_t);  // read before the path takes cross_t
   auto paths = std::make_unique<AllreducePaths>("hierarchical", "HIERARCHICAL_ALLREDUCE");
-  const size_t small = static_cast<size_t>(std::max<long long>(0, settings.integer(Setting::TCP_MIN_BYTES)));
   paths->contender(make_hierarchical_path(std::move(local), std::move(cross_t), opts, cross_is_tcp,
-                                          cross_is_tcp ? cross_mpi : nullptr, small));
+                                          cross_is_tcp ? cross_mpi : nullptr, tcp_min_bytes(settings)));
   paths->set_shm_info(std::move(info));
   if (tcp) paths->set_cross_tcp(*tcp);
   return paths;

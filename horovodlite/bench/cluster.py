@@ -340,6 +340,7 @@ def main(argv):
                 t0 = time.time()
                 rc = subprocess.run(cmd, env=env, timeout=args.timeout).returncode
                 hosts = list(c.names)
+                burst = c.burst_bytes
         except ClusterError as e:
             sys.exit(f"python -m horovodlite.bench: {e}")
         except subprocess.TimeoutExpired:
@@ -352,6 +353,7 @@ def main(argv):
 
     meta = {"command": "python -m horovodlite.bench " + " ".join(argv), "hosts": H, "local": L,
             "servers": P, "link_rate": args.link_rate, "mtu": args.link_mtu, "host_names": hosts,
+            "burst": burst,
             "load": (load0, os.getloadavg()), "wall": time.time() - t0, "cpus": os.cpu_count(),
             "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     path = write(args.output, res, meta)

@@ -166,6 +166,8 @@ class LocalCluster:
                                f"each, got {hosts} x {slots}")
         self.link_rate = link_rate
         self.rate_bytes = parse_rate(link_rate) if link_rate else None
+        # tbf's bucket: 2 ms of traffic, at least 256 KiB (see _shape).
+        self.burst_bytes = max(256 * 1024, int(self.rate_bytes * 0.002)) if self.rate_bytes else 0
         self.link_delay = link_delay
         self.delay_s = parse_time(link_delay) if link_delay else 0.0
         self.mtu = int(mtu) if mtu else None
@@ -282,10 +284,10 @@ class LocalCluster:
             # a 128 KiB bucket halves a 1 Gbit/s link's throughput at times (the qdisc's
             # timer fires too late to refill it) and 64 KiB always does. The price: a
             # burst of up to the bucket's size leaves at once, so messages smaller than
-            # it are not held to the rate (real links are stricter there).
-            burst = max(256 * 1024, int(self.rate_bytes * 0.002))
+            # it are not held to the rate (real links are stricter there). The cost model
+            # (horovodlite/sim.py) is told of it.
             _run(pre + ["tc", "qdisc", "add", "dev", dev, *parent, "tbf", "rate", str(self.link_rate),
-                        "burst", str(burst), "latency", "50ms"],
+                        "burst", str(self.burst_bytes), "latency", "50ms"],
                  what=f"--link-rate {self.link_rate}")
 
     def _make_hosts(self):
