@@ -101,25 +101,7 @@ def step_parts(c, step, tokens=None):
     """(latency, link seconds, CPU seconds) of a step: it takes latency + the larger.
     `tokens`: {(host, "out" | "in"): payload bytes its bucket holds}, which each
     direction sends at once before the rate holds it (see steps_time)."""
-    out, inn, mem_host, tcp_host = {}, {}, {}, {}
-    for src, dst, b in step.flows:
-        hs, hd = c.host_of(src), c.host_of(dst)
-        if hs == hd:  # inside a host: a copy through memory on both ends
-            mem_host[hs] = mem_host.get(hs, 0) + 2 * b
-        else:
-            out[hs] = out.get(hs, 0) + b
-            inn[hd] = inn.get(hd, 0) + b
-            tcp_host[hs] = tcp_host.get(hs, 0) + b
-            tcp_host[hd] = tcp_host.get(hd, 0) + b
-    for r, b in step.memory.items():
-        h = c.host_of(r)
-        mem_host[h] = mem_host.get(h, 0) + b
-    tokens = tokens or {}
-    link = max([max(0.0, b - tokens.get((h, d), 0.0)) for d, m in (("out", out), ("in", inn))
-                for h, b in m.items()] or [0]) / c.payload_rate
-    cpu = max([mem_host.get(h, 0) / c.mem_bw + tcp_host.get(h, 0) / (2 * c.tcp_rate)
-               for h in {*mem_host, *tcp_host}] or [0.0])
-    return (c.latency if step.flows else 0.0), link, cpu
+    return _parts(c, step, _loads(c, step), tokens or {})
 
 
 def _loads(c, step):
@@ -133,6 +115,24 @@ def _loads(c, step):
     return out
 
 
+def _parts(c, step, loads, tokens):
+    """step_parts with the step's link loads (_loads) already known."""
+    mem_host, tcp_host = {}, {}
+    for src, dst, b in step.flows:
+        hs, hd = c.host_of(src), c.host_of(dst)
+        if hs == hd:  # inside a host: a copy through memory on both ends
+            mem_host[hs] = mem_host.get(hs, 0) + 2 * b
+    for (h, _), b in loads.items():  # across hosts: the kernel's TCP work on both ends
+        tcp_host[h] = tcp_host.get(h, 0) + b
+    for r, b in step.memory.items():
+        h = c.host_of(r)
+        mem_host[h] = mem_host.get(h, 0) + b
+    link = max([max(0.0, b - tokens.get(d, 0.0)) for d, b in loads.items()] or [0]) / c.payload_rate
+    cpu = max([mem_host.get(h, 0) / c.mem_bw + tcp_host.get(h, 0) / (2 * c.tcp_rate)
+               for h in {*mem_host, *tcp_host}] or [0.0])
+    return (c.latency if step.flows else 0.0), link, cpu
+
+
 def steps_time(c, steps):
     """Seconds for `steps` in order, the call run back to back with itself, as a
     training loop or a benchmark runs it. With a bucket (`c.burst`, tc tbf's) a link
@@ -144,16 +144,16 @@ def steps_time(c, steps):
     if not c.burst:
         return sum(step_time(c, s) for s in steps)
     cap = c.burst * payload_share(c.mtu)
+    directions = [(h, w) for h in range(c.hosts + c.servers) for w in ("out", "in")]
+    loads = [_loads(c, s) for s in steps]
     tokens = {}
     for _ in range(2):
         total = 0.0
-        for s in steps:
-            lat, link, cpu = step_parts(c, s, tokens)
+        for s, load in zip(steps, loads):
+            lat, link, cpu = _parts(c, s, load, tokens)
             took = lat + max(link, cpu)
-            loads = _loads(c, s)
-            for d in set(tokens) | set(loads) | {(h, w) for h in range(c.hosts + c.servers)
-                                                  for w in ("out", "in")}:
-                have, b = tokens.get(d, 0.0), loads.get(d, 0.0)
+            for d in directions:
+                have, b = tokens.get(d, 0.0), load.get(d, 0.0)
                 busy = max(0.0, b - have) / c.payload_rate  # at the rate, after the burst
                 left = max(0.0, have - b)
                 tokens[d] = min(cap, left + (took - busy) * c.payload_rate)

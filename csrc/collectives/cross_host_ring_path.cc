@@ -7,8 +7,6 @@
 // blocks are under `small_bytes` (TCP_MIN_BYTES), stay on MPI, whose latency was lower
 // there, as the hierarchical path's small blocks do. Same ring, same order of adds:
 // the bits do not depend on which transport carried them.
-#include <algorithm>
-
 #include "allreduce_path.h"
 
 namespace hvdl {
@@ -27,15 +25,9 @@ class CrossHostRingPath final : public AllreducePath {
     const size_t es = dtype_size(plan.dt), n = static_cast<size_t>(tcp_->size());
     for (const Span& s : plan.spans) {
       const bool small = s.count * es / n < small_bytes_;
-      RingOptions ring = plan.ring;
-      // As the hierarchical path's ring over TCP: segments of at least 4 MiB, so two in
-      // flight hold the link for a rank that misses its turn on the cores.
-      if (!small)
-        ring.segment_bytes = std::max<size_t>(
-            ring.segment_bytes ? ring.segment_bytes : kDefaultRingSegmentBytes, size_t(4) << 20);
       ring_allreduce_host(small ? small_ : *tcp_, *plan.red, scratch_,
                           {s.in, s.out, s.count, plan.dt, plan.op, plan.prescale, plan.postscale},
-                          ring);
+                          small ? plan.ring : over_tcp(plan.ring));
     }
   }
 

@@ -47,13 +47,7 @@ class HierarchicalPath final : public AllreducePath {
     bool stream = tuned ? small_stream_ : opts_.fixed_stream(bytes);
     if (timed) small_stream_ = stream = stream_.choose(bytes) == 1;
     const auto t0 = std::chrono::steady_clock::now();
-    // Over direct TCP the cross-host ring takes segments of at least 4 MiB: two in
-    // flight then hold ~64 ms of a 1 Gbit/s link, so a rank that misses its turn on
-    // the cores for a while does not leave the link idle.
-    RingOptions cross_ring = ring;
-    if (cross_is_tcp_)
-      cross_ring.segment_bytes = std::max<size_t>(
-          ring.segment_bytes ? ring.segment_bytes : kDefaultRingSegmentBytes, size_t(4) << 20);
+    const RingOptions cross_ring = cross_is_tcp_ ? over_tcp(ring) : ring;
     if (local_ && HierarchicalPipeline::chunks_for(bytes) > 1) {
       if (!pipeline_) pipeline_ = std::make_unique<HierarchicalPipeline>(*local_, *cross_);
       PhaseScope p(ring.phases, "HIERARCHICAL_PIPELINE");

@@ -1,4 +1,5 @@
 #pragma once
+#include <algorithm>
 #include <cstddef>
 
 #include "../common/buffer.h"
@@ -17,6 +18,15 @@ struct RingOptions {
   // Told about RING_REDUCE_SCATTER and RING_ALLGATHER; may be null.
   PhaseObserver* phases = nullptr;
 };
+
+// `r` for a ring whose transfers cross hosts over direct TCP (tcp_transport.h):
+// segments of at least 4 MiB, so two in flight hold ~64 ms of a 1 Gbit/s link and a
+// rank that misses its turn on the cores for a while does not leave the link idle.
+inline RingOptions over_tcp(RingOptions r) {
+  r.segment_bytes = std::max<size_t>(r.segment_bytes ? r.segment_bytes : kDefaultRingSegmentBytes,
+                                     size_t(4) << 20);
+  return r;
+}
 
 // One allreduce of one buffer, as the algorithms over it take it (like Gloo's
 // AllreduceOptions): out = (reduction over ranks of in * prescale) * postscale.
