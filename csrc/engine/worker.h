@@ -122,6 +122,8 @@ class Worker {
   // VOTE_RIDER_BYTES as it applies to this set (controller.h's riders), its auto value.
   long long rider_max_ = 0;
   static constexpr long long kAutoRiderBytes = 64 << 10;
+  static constexpr std::chrono::microseconds kCrossHostRingHold{50};
+  std::chrono::microseconds ring_hold_{0};  // how long a ring waits for the vote (0: not)
   WorkerStats stats_;
   uint64_t round_ = 1;
   bool running_ = true;

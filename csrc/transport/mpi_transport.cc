@@ -16,6 +16,7 @@
 #include <chrono>
 
 #include "../common/logging.h"
+#include "held_ring.h"
 #include "mpi_failures.h"
 #include "mpi_heartbeat.h"
 #include "mpi_take_arrived.h"
@@ -179,7 +180,8 @@ class MpiTransport : public Transport {
     MPI_Request r;
     check(MPI_Iallreduce(MPI_IN_PLACE, words, static_cast<int>(n), MPI_UINT64_T, MPI_BAND, ctrl_, &r),
           "MPI_Iallreduce");
-    wait(&r, 1, ctrl_, "negotiation");
+    WaitWatch w(&watched_, 0, "negotiation");
+    wait_vote(&r, 1, w, MPI_STATUSES_IGNORE);
   }
 
   std::vector<std::string> gather(const std::string& mine, int root) override {
@@ -227,7 +229,7 @@ class MpiTransport : public Transport {
     check(MPI_Isend(mine, static_cast<int>(bytes), MPI_BYTE, peer, kPairTag, ctrl_, &r[1]),
           "MPI_Isend");
     WaitWatch w(&watched_, 0, "negotiation");
-    wait_polite(r, 2, ctrl_, "negotiation", w, [this] { watch(); }, st);
+    wait_vote(r, 2, w, st);
     int got = 0;
     check(MPI_Get_count(&st[0], MPI_BYTE, &got), "MPI_Get_count");
     return static_cast<size_t>(got);
@@ -242,19 +244,10 @@ class MpiTransport : public Transport {
   std::unique_ptr<Transport> split(int color, int key) override;
 
   void ring(uint64_t round) override {
-    if (!bell_sends_.empty()) {
-      wait(bell_sends_.data(), static_cast<int>(bell_sends_.size()), bell_,
-           "MPI_Waitall (wake-ups)");
-      bell_sends_.clear();
-    }
-    for (int p = 0; p < size_; ++p) {
-      if (p == rank_) continue;
-      bell_out_[p] = round;
-      MPI_Request r;
-      check(MPI_Isend(&bell_out_[p], 1, MPI_UINT64_T, p, 0, bell_, &r), "MPI_Isend (wake-up)");
-      bell_sends_.push_back(r);
-    }
+    if (!held_.hold(round)) send_ring(round);
   }
+  void hold_rings(std::chrono::nanoseconds delay) override { held_.set_delay(delay); }
+  RingCounts ring_counts() const override { return {held_.sent(), held_.saved()}; }
 
   uint64_t poll_ring() override {
     uint64_t best = early_ring_;
@@ -274,6 +267,38 @@ class MpiTransport : public Transport {
   }
 
  private:
+  void send_ring(uint64_t round) {
+    held_.count_sent();
+    if (!bell_sends_.empty()) {
+      wait(bell_sends_.data(), static_cast<int>(bell_sends_.size()), bell_,
+           "MPI_Waitall (wake-ups)");
+      bell_sends_.clear();
+    }
+    for (int p = 0; p < size_; ++p) {
+      if (p == rank_) continue;
+      bell_out_[p] = round;
+      MPI_Request r;
+      check(MPI_Isend(&bell_out_[p], 1, MPI_UINT64_T, p, 0, bell_, &r), "MPI_Isend (wake-up)");
+      bell_sends_.push_back(r);
+    }
+  }
+
+  // The round's vote (every member enters it): a held ring is dropped if the vote
+  // completes before the ring is due, else sent then; the wait goes on as any other.
+  void wait_vote(MPI_Request* reqs, int n, WaitWatch& w, MPI_Status* st) {
+    auto done = [&] {
+      int flag = 0;
+      int rc = MPI_Testall(n, reqs, &flag, st);
+      if (rc != MPI_SUCCESS) mpi_failures::raise(ctrl_, rc, "negotiation");
+      return flag != 0;
+    };
+    if (held_.holding()) {
+      if (held_.vote_or_due(done)) return;  // the requests are freed, `st` filled
+      send_ring(held_.take());
+    }
+    wait_polite(reqs, n, ctrl_, "negotiation", w, [this] { watch(); }, st);
+  }
+
   void post_bell_recv() {
     MPI_Irecv(&bell_in_, 1, MPI_UINT64_T, MPI_ANY_SOURCE, 0, bell_, &bell_req_);
   }
@@ -331,6 +356,9 @@ class MpiTransport : public Transport {
   // the next poll_ring().
   void watch() {
     PeerHealth::get().check(&watched_);
+    // A ring held for a round whose vote has not begun (rings are only hints, so one
+    // sent late is harmless; one never sent could leave a waiting peer asleep).
+    if (uint64_t due = held_.due()) send_ring(due);
     for (;;) {
       int flag = 0;
       MPI_Status st;
@@ -377,6 +405,7 @@ class MpiTransport : public Transport {
   uint64_t bell_in_ = 0;
   std::vector<uint64_t> bell_out_;
   std::vector<MPI_Request> bell_sends_;
+  HeldRing held_;
 };
 
 // A transport over its own duplicate of `sub`, which is then freed.

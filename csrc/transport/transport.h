@@ -3,6 +3,7 @@
 // transport (shared memory, NCCL, an in-process one for tests) is one new file.
 // Ranks are relative to the transport's group (a process set), 0..size()-1.
 #pragma once
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -71,6 +72,15 @@ class Transport {
   // Non-blocking: the highest round number rung by any peer since the last call,
   // or 0 when nothing arrived.
   virtual uint64_t poll_ring() = 0;
+  // Where a ring is a network message (a set across hosts): ring() may hold it back
+  // for `delay` into the round's vote and drop it when the vote shows that every peer
+  // came anyway (held_ring.h). Default: every ring goes at once.
+  virtual void hold_rings(std::chrono::nanoseconds delay) { (void)delay; }
+  // Rings sent, and rings held back and dropped (0, 0 where nothing is counted).
+  struct RingCounts {
+    uint64_t sent = 0, saved = 0;
+  };
+  virtual RingCounts ring_counts() const { return {}; }
 };
 
 }  // namespace hvdl
