@@ -55,12 +55,11 @@ def worker(framework, impl, args):
             "horovodlite.tensorflow.keras" if framework == "keras" else "horovodlite.jax")
         hvd.init()
     before = tt._threads()
-    rounds0 = tt._rounds(impl)
+    stats0 = tt._stats(impl)
     img_secs = example.run(args, hvd, log=lambda *a, **k: None)
-    steps = args.num_warmup_batches + args.num_batches_per_iter * args.num_iters
+    steps = tt._steps(args)
     extra = tt._others(before, tt._threads(), steps)
-    if impl == "horovodlite":
-        extra["rounds_per_step"] = (tt._rounds(impl) - rounds0) / steps
+    extra.update(tt._engine_extra(impl, stats0, steps))
     tt._report(hvd.rank(), hvd.size(), img_secs, extra)
     if impl != "bound":
         hvd.shutdown()

@@ -158,18 +158,7 @@ def worker_framework(args, impl):
     stats0 = _stats(impl)
     img_secs = _example().run(args, hvd, log=lambda *a, **k: None)
     extra = _others(before, _threads(), _steps(args))
-    if impl == "horovodlite":
-        s1, steps = _stats(impl), _steps(args)
-        d = {k: s1[k] - stats0[k] for k in s1}
-        extra["rounds_per_step"] = d["rounds"] / steps
-        if "fresh_rounds" not in d:  # an installation from before those clocks
-            d.update(fresh_rounds=0, submit_to_round_ns=0, ring_wakes=0, ring_to_round_ns=0,
-                     negotiate_ns=0)
-        # The engine's clocks (worker.h, WorkerStats): how long fresh gradients wait
-        # for a round, and a peer's ring for this rank's round (futex doorbell only).
-        extra["submit_to_round_us"] = d["submit_to_round_ns"] / max(d["fresh_rounds"], 1) / 1e3
-        extra["ring_to_round_us"] = d["ring_to_round_ns"] / max(d["ring_wakes"], 1) / 1e3
-        extra["negotiate_ms_per_step"] = d["negotiate_ns"] / steps / 1e6
+    extra.update(_engine_extra(impl, stats0, _steps(args)))
     _report(rank, size, img_secs, extra)
     if impl != "bound":
         hvd.shutdown()
@@ -180,6 +169,24 @@ def _stats(impl):
         return {}
     from horovodlite._loader import _core
     return _core.stats(0)
+
+
+def _engine_extra(impl, stats0, steps):
+    """horovodlite's per-step engine figures since _stats() gave `stats0` (also used by
+    benchmarks/framework_training.py); nothing for the other implementations."""
+    if impl != "horovodlite":
+        return {}
+    s1 = _stats(impl)
+    d = {k: s1[k] - stats0[k] for k in s1}
+    if "fresh_rounds" not in d:  # an installation from before those clocks
+        d.update(fresh_rounds=0, submit_to_round_ns=0, ring_wakes=0, ring_to_round_ns=0,
+                 negotiate_ns=0)
+    # The engine's clocks (worker.h, WorkerStats): how long fresh gradients wait for a
+    # round, and a peer's ring for this rank's round (futex doorbell only).
+    return {"rounds_per_step": d["rounds"] / steps,
+            "submit_to_round_us": d["submit_to_round_ns"] / max(d["fresh_rounds"], 1) / 1e3,
+            "ring_to_round_us": d["ring_to_round_ns"] / max(d["ring_wakes"], 1) / 1e3,
+            "negotiate_ms_per_step": d["negotiate_ns"] / steps / 1e6}
 
 
 def worker_ddp(args):
