@@ -58,7 +58,9 @@ def rings(hvd, bad):
     r, n = hvd.rank(), hvd.size()
     x = np.arange(10, dtype=np.float64) + r
     want = np.arange(10) * n + n * (n - 1) / 2
-    count = lambda: {k: _core.stats(0)[k] for k in ("rings_sent", "rings_saved")}
+    def count():
+        s = _core.stats(0)
+        return {k: s[k] for k in ("rings_sent", "rings_saved")}
     hvd.allreduce(x, op=hvd.Sum, name="lockstep")  # negotiated once, cached from now on
     before = count()
     for k in range(50):

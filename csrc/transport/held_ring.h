@@ -16,17 +16,18 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <thread>
 
 namespace hvdl {
 
+// The policy and its counts only; the transport waits for its vote with its usual
+// wait (watched_wait.h's wait_until), asking due() at each test and calling joined()
+// when the vote completes.
 class HeldRing {
  public:
   using Clock = std::chrono::steady_clock;
 
   // 0: every ring is sent at once.
   void set_delay(std::chrono::nanoseconds d) { delay_ = d; }
-  std::chrono::nanoseconds delay() const { return delay_; }
 
   // A round started: true if its ring is held (the caller sends nothing now).
   bool hold(uint64_t round) {
@@ -35,33 +36,21 @@ class HeldRing {
     due_ = Clock::now() + delay_;
     return true;
   }
-  bool holding() const { return round_ != 0; }
 
-  // The held round if its time has come (the caller sends it now), else 0.
-  uint64_t due(Clock::time_point now = Clock::now()) {
-    if (!round_ || now < due_) return 0;
-    return take();
-  }
-  uint64_t take() {
-    uint64_t r = round_;
+  // The held round if its time has come (the caller sends it now), else 0. Reads
+  // the clock only while a ring is held: it is asked at every look at the transport.
+  uint64_t due() {
+    if (!round_ || Clock::now() < due_) return 0;
+    const uint64_t r = round_;
     round_ = 0;
     return r;
   }
 
-  // The round's vote is in flight: tests done() until it is true (every peer came:
-  // the ring is dropped; returns true) or the ring is due (returns false; the caller
-  // sends take() and waits as usual). Spins, then yields: `delay` is microseconds.
-  template <class Done>
-  bool vote_or_due(Done&& done) {
-    for (int i = 0;; ++i) {
-      if (done()) {
-        round_ = 0;
-        saved_.fetch_add(1, std::memory_order_relaxed);
-        return true;
-      }
-      if (Clock::now() >= due_) return false;
-      if (i >= kSpinTests) std::this_thread::yield();
-    }
+  // The round's vote completed, so every peer came: a ring still held is dropped.
+  void joined() {
+    if (!round_) return;
+    round_ = 0;
+    saved_.fetch_add(1, std::memory_order_relaxed);
   }
 
   void count_sent() { sent_.fetch_add(1, std::memory_order_relaxed); }
@@ -69,9 +58,8 @@ class HeldRing {
   uint64_t saved() const { return saved_.load(std::memory_order_relaxed); }
 
  private:
-  static constexpr int kSpinTests = 16;
   std::chrono::nanoseconds delay_{0};
-  uint64_t round_ = 0;
+  uint64_t round_ = 0;  // the held ring's round (0: none held)
   Clock::time_point due_{};
   std::atomic<uint64_t> sent_{0}, saved_{0};  // read by stats() on the caller's thread
 };

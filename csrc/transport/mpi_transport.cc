@@ -283,20 +283,21 @@ class MpiTransport : public Transport {
     }
   }
 
-  // The round's vote (every member enters it): a held ring is dropped if the vote
-  // completes before the ring is due, else sent then; the wait goes on as any other.
+  // The round's vote (every member enters it), waited for as any other wait: a held
+  // ring goes out at the first test after it is due, and is dropped if the vote
+  // completes first (every peer came). The hold (50 us) ends within the wait's spin
+  // and yield phases, which test back to back.
   void wait_vote(MPI_Request* reqs, int n, WaitWatch& w, MPI_Status* st) {
-    auto done = [&] {
-      int flag = 0;
-      int rc = MPI_Testall(n, reqs, &flag, st);
-      if (rc != MPI_SUCCESS) mpi_failures::raise(ctrl_, rc, "negotiation");
-      return flag != 0;
-    };
-    if (held_.holding()) {
-      if (held_.vote_or_due(done)) return;  // the requests are freed, `st` filled
-      send_ring(held_.take());
-    }
-    wait_polite(reqs, n, ctrl_, "negotiation", w, [this] { watch(); }, st);
+    wait_until(
+        [&] {
+          int flag = 0;
+          int rc = MPI_Testall(n, reqs, &flag, st);
+          if (rc != MPI_SUCCESS) mpi_failures::raise(ctrl_, rc, "negotiation");
+          if (flag) held_.joined();
+          else if (uint64_t due = held_.due()) send_ring(due);
+          return flag != 0;
+        },
+        w, [this] { watch(); });
   }
 
   void post_bell_recv() {
