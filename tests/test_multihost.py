@@ -25,7 +25,7 @@ def digest(a):
 
 def repeated(hvd, ps, tag, bad):
     """Allreduces called again by the same names (the response cache answers), one at
-    a time: on a set of two ranks on two hosts their data rides with the vote. Returns
+    a time: on a set across hosts the small ones' data rides with the vote. Returns
     how many did."""
     n, r = ps.size(), ps.rank()
     before = _core.stats(ps.process_set_id)["rider_groups"]
@@ -149,6 +149,7 @@ def main(hvd):
             seen[f"{path}.fused.{i}"] = digest(got)
         if path == "hierarchical":
             info["riders"] = repeated(hvd, hvd.global_process_set, path, bad)
+            info["vote_rider_bytes"] = int(_core.engine_report(0)["vote_rider_bytes"])
         if path == "flat":
             info["ring_hold_us"] = _core.engine_report(0)["ring_hold_us"]
             info["rings"] = rings(hvd, bad)
@@ -218,19 +219,21 @@ def test_allreduce_paths(job):
             assert info[path + ".over"] == "TCP", f"{path}: across hosts over {info[path + '.over']}"
 
 
-def test_small_cached_allreduces_ride_with_the_vote_only_in_sets_of_two(job):
-    """Across hosts riders are on by default (VOTE_RIDER_BYTES auto) and taken by sets of
-    two ranks only; their results are checked with the rest (test_every_collective...)."""
+def test_small_cached_allreduces_ride_with_the_vote_in_every_set(job):
+    """Across hosts riders are on by default (VOTE_RIDER_BYTES auto: 64 KiB for two
+    ranks, 32 KiB / (N - 1) for N) and taken by every set, of two ranks or more; their
+    results are checked with the rest (test_every_collective...)."""
     hosts, slots, _, results = job
     n = hosts * slots
+    spans = [[0, n - 1]] + ([[1, 2]] if n >= 4 else []) + ([list(range(1, n))] if n >= 3 else [])
     for r, res in enumerate(results):
         info = res["info"]
-        if n == 2:
-            assert info["riders"] > 0, f"rank {r}: no allreduce rode with the vote"
-        else:
-            assert info["riders"] == 0, f"rank {r}: {info['riders']} riders in a set of {n}"
-        if r in (0, n - 1):  # the set [0, n-1]: two ranks on two hosts
-            assert info[f"riders{[0, n - 1]}"] > 0, f"rank {r}: none rode in the set [0, {n - 1}]"
+        want = 65536 if n == 2 else (32768 // (n - 1)) & ~63
+        assert info["vote_rider_bytes"] == want, f"rank {r}: riders up to {info['vote_rider_bytes']}"
+        assert info["riders"] > 0, f"rank {r}: no allreduce rode with the vote in the set of {n}"
+        for ranks in spans:
+            if r in ranks:
+                assert info[f"riders{ranks}"] > 0, f"rank {r}: none rode in the set {ranks}"
 
 
 def test_rings_are_held_back_across_hosts_and_sent_when_a_peer_needs_one(job):

@@ -52,21 +52,24 @@ bool pair_allreduce_host(Transport& t, const Reducer& red, Buffer& scratch, cons
   t.irecv(peer, theirs, bytes);
   t.isend(peer, in, bytes);
   t.wait_all();
-  pair_combine(red, t.rank(), in, theirs, out, count, dt, op, postscale);
+  void* const inputs[2] = {theirs, theirs};  // the peer's; ours is `in`
+  combine_in_rank_order(red, t.rank(), 2, in, inputs, out, count, dt, op, postscale);
   return true;
 }
 
-void pair_combine(const Reducer& red, int rank, const void* in, void* theirs, void* out,
-                  size_t count, DataType dt, ReduceOp op, double postscale) {
+void combine_in_rank_order(const Reducer& red, int rank, int n, const void* in,
+                           void* const* theirs, void* out, size_t count, DataType dt, ReduceOp op,
+                           double postscale) {
   const size_t bytes = count * dtype_size(dt);
-  // Both ranks compute rank 0's contribution op rank 1's, in that order, so the
-  // results agree bit for bit also where the order matters (MIN/MAX with NaNs).
   if (rank == 0) {
     if (in != out) std::memcpy(out, in, bytes);
-    red.reduce(out, theirs, count, dt, op);
+    for (int p = 1; p < n; ++p) red.reduce(out, theirs[p], count, dt, op);
   } else {
-    red.reduce(theirs, in, count, dt, op);
-    std::memcpy(out, theirs, bytes);
+    // Folded into rank 0's copy, which we may overwrite; `in` may be `out`, so the
+    // result goes there last.
+    void* acc = theirs[0];
+    for (int p = 1; p < n; ++p) red.reduce(acc, p == rank ? in : theirs[p], count, dt, op);
+    std::memcpy(out, acc, bytes);
   }
   red.scale(out, count, dt, postscale);
 }

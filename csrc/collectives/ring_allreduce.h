@@ -52,11 +52,16 @@ constexpr size_t kPairExchangeMaxBytes = size_t(1) << 20;
 bool pair_allreduce_host(Transport& t, const Reducer& red, Buffer& scratch, const void* in,
                          void* out, size_t count, DataType dt, ReduceOp op, double postscale);
 
-// What pair_allreduce_host does once the peer's input is here (`theirs`, which it may
-// overwrite): out = (rank 0's input op rank 1's) * postscale, the same bits on both
-// ranks. For a caller that got `theirs` another way (engine/controller.h: a rider).
-void pair_combine(const Reducer& red, int rank, const void* in, void* theirs, void* out,
-                  size_t count, DataType dt, ReduceOp op, double postscale);
+// What a one-exchange allreduce does once every peer's input is here: out = (rank 0's
+// input op rank 1's op ... op rank n-1's) * postscale, folded in rank order, so that
+// every rank gets the same bits also where the order matters (MIN/MAX with NaNs).
+// theirs[p] is rank p's input, in the caller's buffers, which it may overwrite;
+// theirs[rank] is not read (this rank's input is `in`, which may equal out). Used by
+// pair_allreduce_host and by a caller that got the inputs another way
+// (engine/controller.h: riders).
+void combine_in_rank_order(const Reducer& red, int rank, int n, const void* in,
+                           void* const* theirs, void* out, size_t count, DataType dt, ReduceOp op,
+                           double postscale);
 
 // `a` over every rank of `t`, `scratch` the caller's persistent receive buffer. In
 // place (in == out) or out of place without a prescale: the input is then only read,

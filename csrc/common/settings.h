@@ -33,10 +33,11 @@ enum class SettingType { INT, REAL, BOOL, STRING };
     "instead of an MPI allreduce (a cached tensor's round costs a few memory accesses); "    \
     "opt-in: some launches (either WAKEUP) ran a lone 4 KiB allreduce at ~210 us, not ~9")   \
   X(VOTE_RIDER_BYTES, INT, "auto", false,                                                    \
-    "a set of two ranks that votes over MPI sends a lone cached host allreduce of at most "  \
+    "a set of 2-8 ranks that votes over MPI sends a lone cached host allreduce of at most "  \
     "this many bytes with its negotiation vote, so the call takes one exchange instead of "  \
-    "two (0 = off: the vote is an MPI allreduce and the data goes its own way; auto: 65536 " \
-    "where the two ranks are on different hosts, 0 where they share one)")                \
+    "two (0 = off: the vote is an MPI allreduce and the data goes its own way; auto, where " \
+    "the ranks are on several hosts: 65536 for two ranks, 32768 / (ranks - 1) for more; "  \
+    "0 where they share one)")                                                             \
   X(STALL_CHECK_TIME_SECONDS, REAL, "60", false,                                             \
     "warn (rank 0) about tensors some ranks have not submitted")                             \
   X(STALL_CHECK_DISABLE, BOOL, "0", false, "1: no stall warnings")                           \

@@ -169,21 +169,27 @@ RoundResult Controller::round(std::vector<Request> fresh, bool want_shutdown, Ti
     res.responses.insert(res.responses.end(), std::make_move_iterator(decoded.begin() + 1),
                          std::make_move_iterator(decoded.end()));
   }
-  // Both ranks decide this from the same exchanged headers and the same vote.
-  if (rider_ready && res.responses.size() == 1)
-    res.peer_input = rider_in_.data() + vote.size() * sizeof(uint64_t) + 2 * sizeof(uint64_t);
+  // Every rank decides this from the same exchanged headers and the same vote.
+  if (rider_ready && res.responses.size() == 1) {
+    res.peer_inputs.assign(t_.size(), nullptr);
+    for (int p = 0; p < t_.size(); ++p)
+      if (p != t_.rank()) res.peer_inputs[p] = rider_in_.data() + p * rider_stride() + rider_head();
+  }
   return res;
 }
 
 void Controller::set_riders(size_t max_bytes, RiderFor f) {
-  if (t_.size() != 2 || vote_ || max_bytes == 0 || !f) return;
+  if (t_.size() < 2 || t_.size() > kMaxRiderRanks || vote_ || max_bytes == 0 || !f) return;
   rider_max_ = max_bytes;
   rider_for_ = std::move(f);
 }
 
-// Each message: [vote words][cache bit + 1, or 0: no rider][rider bytes][rider].
+// Each message: [vote words][cache bit + 1, or 0: no rider][rider bytes][rider]. Rank
+// p's lands at rider_in_ + p * rider_stride().
 int64_t Controller::vote_with_rider(std::vector<uint64_t>& vote) {
-  const size_t vote_bytes = vote.size() * sizeof(uint64_t), head = vote_bytes + 2 * sizeof(uint64_t);
+  const size_t vote_bytes = vote.size() * sizeof(uint64_t), head = rider_head();
+  const size_t stride = rider_stride();
+  const int n = t_.size(), me = t_.rank();
   uint64_t mine[2] = {0, 0};
   Rider r;
   // Only a lone cached tensor rides: with more, the round runs more than one response.
@@ -197,20 +203,26 @@ int64_t Controller::vote_with_rider(std::vector<uint64_t>& vote) {
   std::memcpy(rider_out_.data(), vote.data(), vote_bytes);
   std::memcpy(rider_out_.data() + vote_bytes, mine, sizeof mine);
   if (mine[0]) std::memcpy(rider_out_.data() + head, r.data, r.bytes);
-  if (rider_in_.size() < head + rider_max_) rider_in_.resize(head + rider_max_);
-  const size_t got = t_.exchange_pair(rider_out_.data(), out_bytes, rider_in_.data(), head + rider_max_);
-  if (got < head)
-    throw std::runtime_error("horovodlite: the negotiation message from rank " +
-                             std::to_string(1 - t_.rank()) + " has " + std::to_string(got) +
-                             " bytes, fewer than the " + std::to_string(head) + " of a vote");
-  uint64_t theirs[2];
-  std::memcpy(theirs, rider_in_.data() + vote_bytes, sizeof theirs);
-  for (size_t i = 0; i < vote.size(); ++i) {
-    uint64_t w;
-    std::memcpy(&w, rider_in_.data() + i * sizeof w, sizeof w);
-    vote[i] &= w;
+  if (rider_in_.size() < n * stride) rider_in_.resize(n * stride);
+  rider_lens_.assign(n, 0);
+  t_.exchange_all(rider_out_.data(), out_bytes, rider_in_.data(), stride, rider_lens_.data());
+  bool same = mine[0] != 0;
+  for (int p = 0; p < n; ++p) {
+    if (p == me) continue;
+    const char* msg = rider_in_.data() + p * stride;
+    if (rider_lens_[p] < head)
+      throw std::runtime_error("horovodlite: the negotiation message from rank " + std::to_string(p) +
+                               " has " + std::to_string(rider_lens_[p]) + " bytes, fewer than the " +
+                               std::to_string(head) + " of a vote");
+    uint64_t theirs[2];
+    std::memcpy(theirs, msg + vote_bytes, sizeof theirs);
+    for (size_t i = 0; i < vote.size(); ++i) {
+      uint64_t w;
+      std::memcpy(&w, msg + i * sizeof w, sizeof w);
+      vote[i] &= w;
+    }
+    same = same && mine[0] == theirs[0] && mine[1] == theirs[1] && rider_lens_[p] == head + mine[1];
   }
-  const bool same = mine[0] && mine[0] == theirs[0] && mine[1] == theirs[1] && got == head + mine[1];
   return same ? static_cast<int64_t>(mine[0] - 1) : -1;
 }
 

@@ -6,12 +6,14 @@
 //   3. only then: gather the uncached requests to the coordinator, broadcast its answer.
 // In steady state (same tensors every step) a round is step 2 alone.
 //
-// Two ranks whose vote goes over the transport may also send, with the vote, the input
-// of their one pending cached tensor (a "rider", set_riders()). When both sent the same
-// cached tensor and it is all the round runs, the round ends with the peer's input in
-// hand (RoundResult::peer_input), and the allreduce needs no exchange of its own: one
-// round trip instead of two. Otherwise the rider is dropped and the tensor runs as
-// usual; the vote is the same AND either way.
+// A set of a few ranks (2..kMaxRiderRanks) whose vote goes over the transport may also
+// send, with the vote, the input of its one pending cached tensor (a "rider",
+// set_riders()): the vote is then one exchange of every rank's message with every
+// other (Transport::exchange_all) instead of an AND-allreduce. When every rank sent the
+// same cached tensor and it is all the round runs, the round ends with the peers'
+// inputs in hand (RoundResult::peer_inputs), and the allreduce needs no exchange of its
+// own: one round trip instead of two. Otherwise the rider is dropped and the tensor
+// runs as usual; the vote is the same AND either way.
 //
 // A rank whose caller is still in the middle of a burst of submissions says so in the
 // vote. If some cached tensors are then ready on some ranks but not on all, the round
@@ -39,9 +41,10 @@ struct RoundResult {
   bool shutdown = false;            // some rank asked to shut down
   bool cache_only = true;           // no gather/broadcast was needed
   std::optional<Tunables> tunables;  // rank 0 changed them: apply before executing
-  // Two ranks, riders on: responses is exactly one cached tensor, and this is the
-  // peer's input for it, which rode with the vote (valid until the next round).
-  void* peer_input = nullptr;
+  // Riders on: responses is exactly one cached tensor, and peer_inputs[p] is rank p's
+  // input for it, which rode with the vote (valid until the next round; this rank's
+  // entry is null). Empty otherwise.
+  std::vector<void*> peer_inputs;
 };
 
 // The input a cached response's tensor would send with the vote, or {} when it may
@@ -70,8 +73,11 @@ class Controller {
   using Vote = std::function<void(uint64_t* words, size_t n)>;
   void set_vote(Vote v) { vote_ = std::move(v); }
   // Riders of at most `max_bytes` (see above); set before the first round on every rank
-  // alike, after set_vote(). Does nothing unless the set has two ranks and votes over
-  // the transport: its vote then always goes through Transport::exchange_pair.
+  // alike, after set_vote(). Does nothing unless the set has 2..kMaxRiderRanks ranks and
+  // votes over the transport: its vote then always goes through exchange_all.
+  // More ranks would make every vote N-1 messages per rank, where the AND-allreduce
+  // takes log N steps.
+  static constexpr int kMaxRiderRanks = 8;
   using RiderFor = std::function<Rider(const Response& cached)>;
   void set_riders(size_t max_bytes, RiderFor f);
   // The largest rider a vote carries; 0 when votes carry none (riders off).
@@ -89,9 +95,12 @@ class Controller {
     Clock::time_point since;
   };
   void requeue(uint32_t bit);
-  // The vote as one exchange with the peer, this rank's rider with it when it has one;
-  // returns the cache bit both ranks sent a rider for (equal tensors), or -1.
+  // The vote as one exchange with every peer, this rank's rider with it when it has
+  // one; returns the cache bit every rank sent a rider for (equal tensors), or -1.
   int64_t vote_with_rider(std::vector<uint64_t>& vote);
+  // A vote message's bytes before its rider, and the room each rank's message has.
+  size_t rider_head() const { return vote_words() * sizeof(uint64_t) + 2 * sizeof(uint64_t); }
+  size_t rider_stride() const { return rider_head() + rider_max_; }
   void report_cached_readiness(const std::vector<Request>& released,
                                const std::vector<Response>& responses, Timeline* timeline);
 
@@ -112,6 +121,7 @@ class Controller {
   RiderFor rider_for_;  // empty: no riders
   size_t rider_max_ = 0;
   std::vector<char> rider_out_, rider_in_;  // the exchanged messages, kept for their capacity
+  std::vector<size_t> rider_lens_;          // the length of each rank's message
 };
 
 }  // namespace hvdl

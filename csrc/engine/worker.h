@@ -100,9 +100,9 @@ class Worker {
         std::chrono::duration<double, std::milli>(params_.cycle_time_ms));
   }
   // Returns the bytes executed (what the autotuner scores).
-  // `peer_input`: RoundResult's (the one response's peer input rode with the vote).
+  // `peer_inputs`: RoundResult's (the one response's peer inputs rode with the vote).
   uint64_t execute(const std::vector<Response>& responses, Timeline* tl, Clock::time_point agreed,
-                   void* peer_input = nullptr);
+                   const std::vector<void*>& peer_inputs = {});
   // What this rank's pending tensor for `cached` sends with the vote, or {} (controller.h).
   Rider rider_for(const Response& cached);
   void apply(const Tunables& t);
@@ -121,7 +121,8 @@ class Worker {
   std::unique_ptr<ShmVote> vote_;       // null: the vote goes through the transport
   // VOTE_RIDER_BYTES as it applies to this set (controller.h's riders), its auto value.
   long long rider_max_ = 0;
-  static constexpr long long kAutoRiderBytes = 64 << 10;
+  static constexpr long long kAutoRiderBytes = 64 << 10;   // two ranks
+  static constexpr long long kAutoRiderSends = 32 << 10;   // more: all of a rank's copies
   static constexpr std::chrono::microseconds kCrossHostRingHold{50};
   std::chrono::microseconds ring_hold_{0};  // how long a ring waits for the vote (0: not)
   WorkerStats stats_;

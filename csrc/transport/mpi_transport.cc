@@ -60,8 +60,8 @@ void wait_polite(MPI_Request* reqs, int n, MPI_Comm comm, const char* what, Wait
 // ranks of this set is out of step and nobody may wait on it any more.
 constexpr uint64_t kAbandoned = UINT64_MAX;
 
-// exchange_pair()'s messages on the negotiation communicator.
-constexpr int kPairTag = 7;
+// exchange_all()'s messages on the negotiation communicator.
+constexpr int kExchangeTag = 7;
 
 class MpiTransport : public Transport {
  public:
@@ -218,21 +218,31 @@ class MpiTransport : public Transport {
   }
 
   // On the negotiation communicator, whose collectives never match point-to-point
-  // messages; every rank of a pair calls it in the same round, so one tag serves.
-  size_t exchange_pair(const void* mine, size_t bytes, void* theirs, size_t max_bytes) override {
-    if (size_ != 2) return Transport::exchange_pair(mine, bytes, theirs, max_bytes);
-    const int peer = 1 - rank_;
-    MPI_Request r[2];
-    MPI_Status st[2];
-    check(MPI_Irecv(theirs, static_cast<int>(max_bytes), MPI_BYTE, peer, kPairTag, ctrl_, &r[0]),
-          "MPI_Irecv");
-    check(MPI_Isend(mine, static_cast<int>(bytes), MPI_BYTE, peer, kPairTag, ctrl_, &r[1]),
-          "MPI_Isend");
+  // messages; every rank calls it in the same rounds, and MPI keeps each peer's
+  // messages in order, so one tag serves.
+  void exchange_all(const void* mine, size_t bytes, void* theirs, size_t stride,
+                    size_t* lens) override {
+    const int peers = size_ - 1;
+    xreqs_.resize(2 * peers);
+    xstatus_.resize(2 * peers);
+    for (int i = 0, p = 0; p < size_; ++p) {
+      if (p == rank_) continue;
+      check(MPI_Irecv(static_cast<char*>(theirs) + p * stride, static_cast<int>(stride), MPI_BYTE,
+                      p, kExchangeTag, ctrl_, &xreqs_[i]),
+            "MPI_Irecv");
+      check(MPI_Isend(mine, static_cast<int>(bytes), MPI_BYTE, p, kExchangeTag, ctrl_,
+                      &xreqs_[peers + i]),
+            "MPI_Isend");
+      ++i;
+    }
     WaitWatch w(&watched_, 0, "negotiation");
-    wait_vote(r, 2, w, st);
-    int got = 0;
-    check(MPI_Get_count(&st[0], MPI_BYTE, &got), "MPI_Get_count");
-    return static_cast<size_t>(got);
+    wait_vote(xreqs_.data(), 2 * peers, w, xstatus_.data());
+    for (int i = 0, p = 0; p < size_; ++p) {
+      if (p == rank_) continue;
+      int got = 0;
+      check(MPI_Get_count(&xstatus_[i++], MPI_BYTE, &got), "MPI_Get_count");
+      lens[p] = static_cast<size_t>(got);
+    }
   }
 
   void barrier() override {
@@ -406,6 +416,8 @@ class MpiTransport : public Transport {
   uint64_t bell_in_ = 0;
   std::vector<uint64_t> bell_out_;
   std::vector<MPI_Request> bell_sends_;
+  std::vector<MPI_Request> xreqs_;  // exchange_all()'s, kept for their capacity
+  std::vector<MPI_Status> xstatus_;
   HeldRing held_;
 };
 

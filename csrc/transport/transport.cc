@@ -5,28 +5,36 @@
 
 namespace hvdl {
 
-size_t Transport::exchange_pair(const void* mine, size_t bytes, void* theirs, size_t max_bytes) {
-  if (size() != 2) throw std::logic_error("exchange_pair: the group has " + std::to_string(size()) +
-                                          " ranks, not 2");
-  // Rank 0 gathers both messages and broadcasts them, lengths first.
+void Transport::exchange_all(const void* mine, size_t bytes, void* theirs, size_t stride,
+                             size_t* lens) {
+  // Rank 0 gathers every message and broadcasts them all, their lengths first.
   auto all = gather(std::string(static_cast<const char*>(mine), bytes), 0);
-  std::string both;
+  const int n = size();
+  std::string msg;
   if (rank() == 0) {
-    const uint64_t len0 = all[0].size();
-    both.assign(reinterpret_cast<const char*>(&len0), sizeof len0);
-    both += all[0] + all[1];
+    for (auto& part : all) {
+      const uint64_t len = part.size();
+      msg.append(reinterpret_cast<const char*>(&len), sizeof len);
+    }
+    for (auto& part : all) msg += part;
   }
-  broadcast(both, 0);
-  uint64_t len0 = 0;
-  if (both.size() < sizeof len0) throw std::runtime_error("exchange_pair: truncated message");
-  std::memcpy(&len0, both.data(), sizeof len0);
-  const size_t off = sizeof len0 + (rank() == 0 ? len0 : 0);
-  const size_t len = rank() == 0 ? both.size() - off : len0;
-  if (len > max_bytes)
-    throw std::runtime_error("exchange_pair: the peer sent " + std::to_string(len) +
-                             " bytes, more than the " + std::to_string(max_bytes) + " expected");
-  std::memcpy(theirs, both.data() + off, len);
-  return len;
+  broadcast(msg, 0);
+  size_t off = n * sizeof(uint64_t);
+  if (msg.size() < off) throw std::runtime_error("exchange_all: truncated message");
+  for (int p = 0; p < n; ++p) {
+    uint64_t len = 0;
+    std::memcpy(&len, msg.data() + p * sizeof len, sizeof len);
+    if (off + len > msg.size()) throw std::runtime_error("exchange_all: truncated message");
+    if (p != rank()) {
+      if (len > stride)
+        throw std::runtime_error("exchange_all: rank " + std::to_string(p) + " sent " +
+                                 std::to_string(len) + " bytes, more than the " +
+                                 std::to_string(stride) + " expected");
+      std::memcpy(static_cast<char*>(theirs) + p * stride, msg.data() + off, len);
+      lens[p] = len;
+    }
+    off += len;
+  }
 }
 
 }  // namespace hvdl

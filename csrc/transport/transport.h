@@ -35,11 +35,15 @@ class Transport {
   // root's bytes end up in `bytes` on every rank.
   virtual void broadcast(std::string& bytes, int root) = 0;
   virtual void barrier() = 0;
-  // Two ranks only: send `bytes` of `mine` to the other rank and receive its message,
-  // of at most `max_bytes`, into `theirs`; returns its length. One round trip where
-  // the transport can (MPI: a send and a receive); here, for any transport, a gather
-  // and a broadcast. The messages of one call may differ in length.
-  virtual size_t exchange_pair(const void* mine, size_t bytes, void* theirs, size_t max_bytes);
+  // Every rank sends `bytes` of `mine` to every other rank and receives each peer's
+  // message, of at most `stride` bytes, at theirs + peer * stride; lens[peer] is its
+  // length (theirs has size() * stride bytes, lens size() entries; this rank's slot and
+  // length are left alone). The messages of one call may differ in length. One round
+  // trip where the transport can (MPI: a send and a receive per peer); here, for any
+  // transport, a gather and a broadcast. The vote that carries riders uses it
+  // (engine/controller.h), so it is for small messages among few ranks.
+  virtual void exchange_all(const void* mine, size_t bytes, void* theirs, size_t stride,
+                            size_t* lens);
 
   // Collective over this group: the ranks passing the same color form a new group,
   // ordered by key. Used to carve the per-host and cross-host groups out of a set.
