@@ -170,11 +170,7 @@ RoundResult Controller::round(std::vector<Request> fresh, bool want_shutdown, Ti
                          std::make_move_iterator(decoded.end()));
   }
   // Every rank decides this from the same exchanged headers and the same vote.
-  if (rider_ready && res.responses.size() == 1) {
-    res.peer_inputs.assign(t_.size(), nullptr);
-    for (int p = 0; p < t_.size(); ++p)
-      if (p != t_.rank()) res.peer_inputs[p] = rider_in_.data() + p * rider_stride() + rider_head();
-  }
+  if (rider_ready && res.responses.size() == 1) res.peer_inputs = peer_inputs_.data();
   return res;
 }
 
@@ -182,6 +178,16 @@ void Controller::set_riders(size_t max_bytes, RiderFor f) {
   if (t_.size() < 2 || t_.size() > kMaxRiderRanks || vote_ || max_bytes == 0 || !f) return;
   rider_max_ = max_bytes;
   rider_for_ = std::move(f);
+  // The messages' buffers, and where each peer's rider lands in them, are fixed from
+  // here on: the rounds allocate nothing.
+  const int n = t_.size();
+  const size_t stride = rider_stride();
+  rider_out_.resize(stride);
+  rider_in_.resize(n * stride);
+  rider_lens_.assign(n, 0);
+  peer_inputs_.assign(n, nullptr);
+  for (int p = 0; p < n; ++p)
+    if (p != t_.rank()) peer_inputs_[p] = rider_in_.data() + p * stride + rider_head();
 }
 
 // Each message: [vote words][cache bit + 1, or 0: no rider][rider bytes][rider]. Rank
@@ -199,12 +205,9 @@ int64_t Controller::vote_with_rider(std::vector<uint64_t>& vote) {
     if (r.data && r.bytes <= rider_max_) mine[0] = uint64_t(bit) + 1, mine[1] = r.bytes;
   }
   const size_t out_bytes = head + (mine[0] ? r.bytes : 0);
-  if (rider_out_.size() < out_bytes) rider_out_.resize(out_bytes);
   std::memcpy(rider_out_.data(), vote.data(), vote_bytes);
   std::memcpy(rider_out_.data() + vote_bytes, mine, sizeof mine);
   if (mine[0]) std::memcpy(rider_out_.data() + head, r.data, r.bytes);
-  if (rider_in_.size() < n * stride) rider_in_.resize(n * stride);
-  rider_lens_.assign(n, 0);
   t_.exchange_all(rider_out_.data(), out_bytes, rider_in_.data(), stride, rider_lens_.data());
   bool same = mine[0] != 0;
   for (int p = 0; p < n; ++p) {

@@ -42,9 +42,9 @@ struct RoundResult {
   bool cache_only = true;           // no gather/broadcast was needed
   std::optional<Tunables> tunables;  // rank 0 changed them: apply before executing
   // Riders on: responses is exactly one cached tensor, and peer_inputs[p] is rank p's
-  // input for it, which rode with the vote (valid until the next round; this rank's
-  // entry is null). Empty otherwise.
-  std::vector<void*> peer_inputs;
+  // input for it, which rode with the vote (the controller's, valid until the next
+  // round; this rank's entry is null). Null otherwise.
+  void* const* peer_inputs = nullptr;
 };
 
 // The input a cached response's tensor would send with the vote, or {} when it may
@@ -120,8 +120,11 @@ class Controller {
   Vote vote_;  // empty: the transport's
   RiderFor rider_for_;  // empty: no riders
   size_t rider_max_ = 0;
-  std::vector<char> rider_out_, rider_in_;  // the exchanged messages, kept for their capacity
-  std::vector<size_t> rider_lens_;          // the length of each rank's message
+  // Sized by set_riders: this rank's message, every rank's at rider_in_ + p *
+  // rider_stride(), their lengths, and where each peer's rider lies in rider_in_.
+  std::vector<char> rider_out_, rider_in_;
+  std::vector<size_t> rider_lens_;
+  std::vector<void*> peer_inputs_;
 };
 
 }  // namespace hvdl

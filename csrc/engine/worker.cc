@@ -100,9 +100,8 @@ Worker::Worker(std::unique_ptr<Transport> t, EngineParams p, int id, EngineState
   // 122-149 against 276-307, 3x2 594 against 1078-2102. Two ranks: 64 KiB.
   const int n = transport_->size();
   const long long auto_rider = n <= 2 ? kAutoRiderBytes : (kAutoRiderSends / (n - 1)) & ~63LL;
-  rider_max_ = p.settings.integer_or(Setting::VOTE_RIDER_BYTES,
-                                     on_one_host(host_of_member) ? 0 : auto_rider);
-  const long long rider_max = rider_max_;
+  const long long rider_max = p.settings.integer_or(Setting::VOTE_RIDER_BYTES,
+                                                    on_one_host(host_of_member) ? 0 : auto_rider);
   if (rider_max > 0)
     controller_.set_riders(std::min<size_t>(rider_max, kPairExchangeMaxBytes),
                            [this](const Response& r) { return rider_for(r); });
@@ -394,7 +393,7 @@ Rider Worker::rider_for(const Response& r) {
 }
 
 uint64_t Worker::execute(const std::vector<Response>& responses, Timeline* tl,
-                         Clock::time_point agreed, const std::vector<void*>& peer_inputs) {
+                         Clock::time_point agreed, void* const* peer_inputs) {
   uint64_t total_bytes = 0;
   std::vector<size_t> sizes;
   std::string abandoned;
@@ -437,13 +436,13 @@ uint64_t Worker::execute(const std::vector<Response>& responses, Timeline* tl,
         ctx.broadcast = params_.broadcast;
         ctx.phases = tl ? &trace : nullptr;
         dev->begin(entries);
-        if (!peer_inputs.empty() && group.size() == 1 && entries[0]) {
+        if (peer_inputs && group.size() == 1 && entries[0]) {
           // The controller checked that every rank sent this tensor: the exchange is done.
           PhaseScope p(ctx.phases, "VOTE_RIDER_REDUCE");
           stats_.rider_groups++;
           const auto [rop, post] = ops::effective_reduction(head, transport_->size());
           combine_in_rank_order(ctx.reducer, transport_->rank(), transport_->size(),
-                                entries[0]->input, peer_inputs.data(), entries[0]->output,
+                                entries[0]->input, peer_inputs, entries[0]->output,
                                 ops::numel(head.shape), head.dtype, rop, post);
         } else {
           op->execute(ctx, group, entries);

@@ -102,7 +102,7 @@ class Worker {
   // Returns the bytes executed (what the autotuner scores).
   // `peer_inputs`: RoundResult's (the one response's peer inputs rode with the vote).
   uint64_t execute(const std::vector<Response>& responses, Timeline* tl, Clock::time_point agreed,
-                   const std::vector<void*>& peer_inputs = {});
+                   void* const* peer_inputs = nullptr);
   // What this rank's pending tensor for `cached` sends with the vote, or {} (controller.h).
   Rider rider_for(const Response& cached);
   void apply(const Tunables& t);
@@ -119,8 +119,7 @@ class Worker {
   DeviceSet devices_;  // host memory and the GPU this process uses, with their buffers
   std::unique_ptr<Doorbell> doorbell_;  // null: wake-ups through the transport, polled
   std::unique_ptr<ShmVote> vote_;       // null: the vote goes through the transport
-  // VOTE_RIDER_BYTES as it applies to this set (controller.h's riders), its auto value.
-  long long rider_max_ = 0;
+  // VOTE_RIDER_BYTES's auto values (controller.h's riders).
   static constexpr long long kAutoRiderBytes = 64 << 10;   // two ranks
   static constexpr long long kAutoRiderSends = 32 << 10;   // more: all of a rank's copies
   static constexpr std::chrono::microseconds kCrossHostRingHold{50};

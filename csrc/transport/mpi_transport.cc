@@ -222,26 +222,25 @@ class MpiTransport : public Transport {
   // messages in order, so one tag serves.
   void exchange_all(const void* mine, size_t bytes, void* theirs, size_t stride,
                     size_t* lens) override {
+    // Receives first, then sends; peer i (0..size-2) is rank i, or i + 1 from ours on.
     const int peers = size_ - 1;
+    auto peer = [this](int i) { return i < rank_ ? i : i + 1; };
     xreqs_.resize(2 * peers);
     xstatus_.resize(2 * peers);
-    for (int i = 0, p = 0; p < size_; ++p) {
-      if (p == rank_) continue;
-      check(MPI_Irecv(static_cast<char*>(theirs) + p * stride, static_cast<int>(stride), MPI_BYTE,
-                      p, kExchangeTag, ctrl_, &xreqs_[i]),
+    for (int i = 0; i < peers; ++i) {
+      check(MPI_Irecv(static_cast<char*>(theirs) + peer(i) * stride, static_cast<int>(stride),
+                      MPI_BYTE, peer(i), kExchangeTag, ctrl_, &xreqs_[i]),
             "MPI_Irecv");
-      check(MPI_Isend(mine, static_cast<int>(bytes), MPI_BYTE, p, kExchangeTag, ctrl_,
+      check(MPI_Isend(mine, static_cast<int>(bytes), MPI_BYTE, peer(i), kExchangeTag, ctrl_,
                       &xreqs_[peers + i]),
             "MPI_Isend");
-      ++i;
     }
     WaitWatch w(&watched_, 0, "negotiation");
     wait_vote(xreqs_.data(), 2 * peers, w, xstatus_.data());
-    for (int i = 0, p = 0; p < size_; ++p) {
-      if (p == rank_) continue;
+    for (int i = 0; i < peers; ++i) {
       int got = 0;
-      check(MPI_Get_count(&xstatus_[i++], MPI_BYTE, &got), "MPI_Get_count");
-      lens[p] = static_cast<size_t>(got);
+      check(MPI_Get_count(&xstatus_[i], MPI_BYTE, &got), "MPI_Get_count");
+      lens[peer(i)] = static_cast<size_t>(got);
     }
   }
 
