@@ -5,6 +5,7 @@ frontend supplies how to read a dtype and how to cast (see `make_compression`).
 A compressor is anything with compress(tensor) -> (tensor, ctx) and
 decompress(tensor, ctx) -> tensor, so Horovod-style classes with static methods work
 wherever these objects do."""
+import types
 
 
 class Compressor:
@@ -24,11 +25,19 @@ class NoneCompressor(Compressor):
 
 
 class CastCompressor(Compressor):
-    """Casts floating-point tensors to `wire` for the collective; other dtypes pass."""
+    """Casts floating-point tensors to `wire` for the collective; other dtypes pass.
+    `wire` may be a function giving the type, called on first use (numpy's bfloat16
+    comes from ml_dtypes, whose import takes 0.5 s)."""
 
     def __init__(self, wire, is_float, dtype_of, cast, label):
-        self.wire, self._is_float, self._dtype_of, self._cast = wire, is_float, dtype_of, cast
+        self._wire, self._is_float, self._dtype_of, self._cast = wire, is_float, dtype_of, cast
         self._label = label
+
+    @property
+    def wire(self):
+        if isinstance(self._wire, types.FunctionType):  # dtypes may be callable (jax's)
+            self._wire = self._wire()
+        return self._wire
 
     def compress(self, tensor):
         dtype = self._dtype_of(tensor)
@@ -56,14 +65,19 @@ def make_compression(is_float, dtype_of, cast, float16, bfloat16):
 
 
 def _numpy_compression():
-    import ml_dtypes
     import numpy as np
 
+    def bfloat16():
+        import ml_dtypes
+
+        return np.dtype(ml_dtypes.bfloat16)
+
     return make_compression(
-        is_float=lambda d: np.issubdtype(d, np.floating) or d == np.dtype(ml_dtypes.bfloat16),
+        # ml_dtypes' bfloat16 is no np.floating; its name tells it without importing it.
+        is_float=lambda d: np.issubdtype(d, np.floating) or d.name == "bfloat16",
         dtype_of=lambda a: np.asarray(a).dtype,
         cast=lambda a, d: np.asarray(a).astype(d),
-        float16=np.dtype(np.float16), bfloat16=np.dtype(ml_dtypes.bfloat16))
+        float16=np.dtype(np.float16), bfloat16=bfloat16)
 
 
 Compression = _numpy_compression()  # for numpy arrays (horovodlite.allreduce)
