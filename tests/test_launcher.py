@@ -91,6 +91,20 @@ def test_binds_one_rank_per_core_on_one_host(monkeypatch):
     assert bind(["-np", "4", "-H", "a:2,b:2"]) == "none"
 
 
+def test_leaves_libfabric_out_on_one_host():
+    """One host: `--mca btl ^ofi` (its probe cost every MPI_Init 1 s here, and sm carries
+    the messages); not when the user names btls, nor across hosts."""
+    def mca_btl(argv, env=None):
+        cmd = launcher.build_command(launcher.parse_args(argv + ["python", "x.py"]), env or {})
+        i = [j for j in range(len(cmd) - 1) if cmd[j] == "--mca" and cmd[j + 1] == "btl"]
+        return cmd[i[0] + 2] if i else None
+
+    assert mca_btl(["-np", "2"]) == "^ofi"
+    assert mca_btl(["-np", "2"], {"OMPI_MCA_btl": "self,tcp"}) is None
+    assert mca_btl(["-np", "2", "--mpi-args", "--mca btl self,tcp"]) == "self,tcp"
+    assert mca_btl(["-np", "4", "-H", "a:2,b:2"]) is None
+
+
 def test_env_forwarding_and_exit_code(tmp_path):
     job = script(tmp_path, """
         import os, sys
