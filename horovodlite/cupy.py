@@ -13,7 +13,7 @@ from . import _device
 from .basics import (Adasum, Average, HorovodInternalError, Max, Min, Product, Sum,  # noqa: F401
                      _topology, cross_rank, cross_size, cuda_built, init, is_initialized,
                      local_rank, local_size, mpi_built, nccl_built, rank, shutdown, size)
-from .handles import auto_name, poll, synchronize  # noqa: F401
+from .handles import auto_name, blocking, poll, synchronize  # noqa: F401
 from . import ops as _np_ops
 from .ops import _compressed, _GroupHandle, resolve_op
 from .process_sets import (ProcessSet, _set_id, add_process_set,  # noqa: F401
@@ -70,17 +70,17 @@ def allreduce(tensor, average=None, name=None, compression=None, op=None, presca
     """Reduces `tensor` over all ranks of the set into a new array (op defaults to Average)."""
     if compression is not None:
         tensor, ctx = compression.compress(tensor)
-        out = synchronize(allreduce_async(tensor, average, name, op, prescale_factor,
-                                          postscale_factor, process_set))
+        out = blocking(allreduce_async, tensor, average, name, op, prescale_factor,
+                                        postscale_factor, process_set)
         return compression.decompress(out, ctx)
-    return synchronize(allreduce_async(tensor, average, name, op, prescale_factor,
-                                       postscale_factor, process_set))
+    return blocking(allreduce_async, tensor, average, name, op, prescale_factor,
+                                     postscale_factor, process_set)
 
 
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                postscale_factor=1.0, process_set=global_process_set):
-    return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor,
-                                        postscale_factor, process_set))
+    return blocking(allreduce_async_, tensor, average, name, op, prescale_factor,
+                                      postscale_factor, process_set)
 
 
 def _grouped(tensors, in_place, average, name, op, prescale_factor, postscale_factor,
@@ -114,14 +114,14 @@ def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale
 
 def grouped_allreduce(tensors, average=None, name=None, compression=None, op=None,
                       prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
-    return _compressed(compression, tensors, lambda ts: synchronize(grouped_allreduce_async(
-        ts, average, name, op, prescale_factor, postscale_factor, process_set)))
+    return _compressed(compression, tensors, lambda ts: blocking(grouped_allreduce_async,
+        ts, average, name, op, prescale_factor, postscale_factor, process_set))
 
 
 def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                        postscale_factor=1.0, process_set=global_process_set):
-    return synchronize(grouped_allreduce_async_(tensors, average, name, op, prescale_factor,
-                                                postscale_factor, process_set))
+    return blocking(grouped_allreduce_async_, tensors, average, name, op, prescale_factor,
+                                              postscale_factor, process_set)
 
 
 # ---- through host memory until the engine runs these on GPUs ----

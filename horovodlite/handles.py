@@ -42,6 +42,7 @@ class _Call(threading.local):
     every thread starts with). Kept cheap: a submission on the hot path pays for two
     attribute stores and a list."""
     active = False
+    waits = False  # the caller synchronizes at once (blocking())
     names = None
     group = ""
     group_size = 0
@@ -195,7 +196,7 @@ _KNOWN = frozenset(_ENQUEUE_ARGS)
 def submit(keep, finish, **kwargs):
     if not _KNOWN.issuperset(kwargs):
         raise TypeError(f"horovodlite: unknown enqueue arguments {sorted(kwargs.keys() - _KNOWN)}")
-    h = _core.enqueue(*_in_order({**_ENQUEUE_DEFAULTS, **kwargs}))
+    h = _core.enqueue(*_in_order({**_ENQUEUE_DEFAULTS, **kwargs}), _local.waits)
     track(h, keep, finish)
     return h
 
@@ -207,9 +208,23 @@ def submit_allreduce(keep, finish, name, input, output, dtype, reduce_op, presca
     its own arguments). `input`/`output` are numpy arrays (shape None: read from them)
     or addresses with `shape`; device/stream as for submit(). Returns the handle."""
     h = _core.enqueue_allreduce(name, input, output, dtype, reduce_op, prescale, postscale,
-                                group, group_size, process_set, shape, device, stream)
+                                group, group_size, process_set, shape, device, stream, _local.waits)
     track(h, keep, finish)
     return h
+
+
+def blocking(submit_fn, *args, **kwargs):
+    """A blocking collective: submit_fn(*args, **kwargs), then synchronize its handle.
+    The core is told that the caller waits at once, so the submission does not wake
+    the engine's thread: the caller runs the round itself where it can (the core's
+    Worker::help), or wakes the thread as it starts to wait."""
+    call = _local
+    call.waits = True
+    try:
+        h = submit_fn(*args, **kwargs)
+    finally:
+        call.waits = False
+    return synchronize(h)
 
 
 def track(h, keep, finish=None):

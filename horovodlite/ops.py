@@ -8,7 +8,7 @@ from ._loader import _core
 from . import dtypes
 from .basics import Adasum, Average, Sum, _topology
 from .compression import Compression
-from .handles import auto_name, collective, expect_group, poll, submit, submit_allreduce, synchronize, track
+from .handles import auto_name, blocking, collective, expect_group, poll, submit, submit_allreduce, synchronize, track
 from .process_sets import _set_id, global_process_set
 from .shared_arrays import shared_empty
 
@@ -140,17 +140,17 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
     """Reduces `tensor` over all ranks of the set; returns a new array (op defaults to Average)."""
     if not _no_compression(compression):
         tensor, ctx = compression.compress(tensor)
-        out = synchronize(allreduce_async(tensor, average, name, op, prescale_factor,
-                                          postscale_factor, process_set))
+        out = blocking(allreduce_async, tensor, average, name, op, prescale_factor,
+                                        postscale_factor, process_set)
         return compression.decompress(out, ctx)
-    return synchronize(allreduce_async(tensor, average, name, op, prescale_factor,
-                                       postscale_factor, process_set))
+    return blocking(allreduce_async, tensor, average, name, op, prescale_factor,
+                                     postscale_factor, process_set)
 
 
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                postscale_factor=1.0, process_set=global_process_set):
-    return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor,
-                                        postscale_factor, process_set))
+    return blocking(allreduce_async_, tensor, average, name, op, prescale_factor,
+                                      postscale_factor, process_set)
 
 
 class _GroupHandle:
@@ -203,14 +203,14 @@ def _compressed(compression, tensors, run):
 def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None,
                       prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
     """Reduces a list of arrays as one unit: negotiated together and fused."""
-    return _compressed(compression, tensors, lambda ts: synchronize(grouped_allreduce_async(
-        ts, average, name, op, prescale_factor, postscale_factor, process_set)))
+    return _compressed(compression, tensors, lambda ts: blocking(grouped_allreduce_async,
+        ts, average, name, op, prescale_factor, postscale_factor, process_set))
 
 
 def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                        postscale_factor=1.0, process_set=global_process_set):
-    return synchronize(grouped_allreduce_async_(tensors, average, name, op, prescale_factor,
-                                                postscale_factor, process_set))
+    return blocking(grouped_allreduce_async_, tensors, average, name, op, prescale_factor,
+                                              postscale_factor, process_set)
 
 
 # ---- collectives whose output the engine allocates (sizes known after negotiation) ----
@@ -255,7 +255,7 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
 def allgather(tensor, name=None, process_set=global_process_set):
     """Concatenates `tensor` from every rank of the set along dim 0 (which may differ
     per rank; the other dims must match). Returns a new array."""
-    return synchronize(allgather_async(tensor, name, process_set))
+    return blocking(allgather_async, tensor, name, process_set)
 
 
 @collective(ALLGATHER, "grouped_allgather")
@@ -269,7 +269,7 @@ def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
 
 def grouped_allgather(tensors, name=None, process_set=global_process_set):
     """Allgathers a list of arrays as one unit (negotiated together, fused)."""
-    return synchronize(grouped_allgather_async(tensors, name, process_set))
+    return blocking(grouped_allgather_async, tensors, name, process_set)
 
 
 def _root_in_set(root_rank, process_set):
@@ -326,17 +326,17 @@ def grouped_broadcast_async_(tensors, root_rank, name=None, process_set=global_p
 def grouped_broadcast_(tensors, root_rank, name=None, process_set=global_process_set):
     """Broadcasts a list of arrays in place as one unit: small ones share one transfer
     (not in Horovod; what broadcast_parameters wants for a whole model)."""
-    return synchronize(grouped_broadcast_async_(tensors, root_rank, name, process_set))
+    return blocking(grouped_broadcast_async_, tensors, root_rank, name, process_set)
 
 
 def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
     """Returns a new array holding `root_rank`'s `tensor` (root_rank is a global rank)."""
-    return synchronize(broadcast_async(tensor, root_rank, name, process_set))
+    return blocking(broadcast_async, tensor, root_rank, name, process_set)
 
 
 def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
     """Overwrites `tensor` with `root_rank`'s (in place); returns it."""
-    return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
+    return blocking(broadcast_async_, tensor, root_rank, name, process_set)
 
 
 def _splits_list(splits):
@@ -374,7 +374,7 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
     """Sends rows [sum(splits[:j]), +splits[j]) of `tensor` to rank j of the set (equal
     parts when splits is None) and returns (received rows concatenated in rank order,
     received_splits)."""
-    return synchronize(alltoall_async(tensor, splits, name, process_set))
+    return blocking(alltoall_async, tensor, splits, name, process_set)
 
 
 def reducescatter_rows(dim0, size, rank):
@@ -406,11 +406,11 @@ def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
     dim0 % size ranks get one extra row)."""
     if not _no_compression(compression):
         tensor, ctx = compression.compress(tensor)
-        out = synchronize(reducescatter_async(tensor, name, op, process_set, prescale_factor,
-                                              postscale_factor))
+        out = blocking(reducescatter_async, tensor, name, op, process_set, prescale_factor,
+                                            postscale_factor)
         return compression.decompress(out, ctx)
-    return synchronize(reducescatter_async(tensor, name, op, process_set, prescale_factor,
-                                           postscale_factor))
+    return blocking(reducescatter_async, tensor, name, op, process_set, prescale_factor,
+                                         postscale_factor)
 
 
 @collective(REDUCESCATTER, "grouped_reducescatter")
@@ -429,8 +429,8 @@ def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=A
                           process_set=global_process_set, prescale_factor=1.0,
                           postscale_factor=1.0):
     """Reducescatters a list of arrays as one unit (negotiated together, fused)."""
-    return _compressed(compression, tensors, lambda ts: synchronize(grouped_reducescatter_async(
-        ts, name, op, process_set, prescale_factor, postscale_factor)))
+    return _compressed(compression, tensors, lambda ts: blocking(grouped_reducescatter_async,
+        ts, name, op, process_set, prescale_factor, postscale_factor))
 
 
 # ---- synchronisation ----
@@ -439,8 +439,8 @@ def barrier(process_set=global_process_set):
     """Returns once every rank of the set has called barrier()."""
     _topology()
     name = auto_name("barrier", None, process_set)
-    synchronize(submit((), lambda h: None, op=BARRIER, name=name, input=0, output=0,
-                       dtype=dtypes.UINT8, shape=[], process_set=_set_id(process_set)))
+    blocking(submit, (), lambda h: None, op=BARRIER, name=name, input=0, output=0,
+                     dtype=dtypes.UINT8, shape=[], process_set=_set_id(process_set))
 
 
 def join(device=-1):
@@ -449,5 +449,5 @@ def join(device=-1):
     divides by the full size). Returns the last rank to join, the same on every rank.
     `device` is accepted for Horovod compatibility and ignored."""
     _topology()
-    return synchronize(submit((), lambda h: int(_core.aux(h)[0]), op=JOIN, name=_core.JOIN_NAME,
-                              input=0, output=0, dtype=dtypes.UINT8, shape=[], process_set=0))
+    return blocking(submit, (), lambda h: int(_core.aux(h)[0]), op=JOIN, name=_core.JOIN_NAME,
+                            input=0, output=0, dtype=dtypes.UINT8, shape=[], process_set=0)

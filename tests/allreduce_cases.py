@@ -358,7 +358,8 @@ def run_repeated(hvd, process_set=None, repeats=3):
     data: from the second call on the response cache answers, and on a set of two
     ranks a small one rides with the vote (HOROVODLITE_VOTE_RIDER_BYTES). Every op x
     dtype, out of place and in place, postscale and prescale (which never rides), and
-    one tensor above the rider limit. Returns the set's rider count with the results."""
+    one tensor above the rider limit. Returns the set's rider count, and how many of its
+    rounds a blocked caller ran itself, with the results."""
     from horovodlite._loader import _core
     ps = process_set or hvd.global_process_set
     if not ps.included():
@@ -392,4 +393,6 @@ def run_repeated(hvd, process_set=None, repeats=3):
     after = _core.stats(ps.process_set_id)
     res = ck.result()
     res["rider_groups"] = after["rider_groups"] - before["rider_groups"]
+    res["caller_rounds"] = after["caller_rounds"] - before["caller_rounds"]
+    res["rounds"] = after["rounds"] - before["rounds"]
     return res

@@ -142,17 +142,19 @@ def test_cached_allreduces_riding_with_the_vote_on_two_ranks(env, rides):
             assert r["rider_groups"] == 0, f"rank {rank}: {r['rider_groups']} rode with riders off"
 
 
-def test_riders_on_three_ranks_in_the_whole_set_and_a_pair():
-    """Riders forced on, three ranks: the global set (three: every rank's input goes to
-    both others with the vote) and the set of ranks 0 and 2 both take them; all results
-    are numpy's, bitwise equal across the set's ranks."""
+def _repeated_in_whole_and_pair(env):
+    """C.run_repeated on three ranks, in the global set and in the set of ranks 0 and
+    2; checks every result against numpy and bitwise across each set's ranks, and
+    returns each member's counters as {(set, rank): result}."""
     res = run(3, PRELUDE.format(tests=_tests_dir()) + textwrap.dedent("""
     def main(hvd):
         pair = hvd.ProcessSet([0, 2])
         hvd.init(process_sets=[pair])
         return {"whole": C.run_repeated(hvd, repeats=2),
                 "pair": C.run_repeated(hvd, process_set=pair, repeats=2)}
-    """), env=RIDERS, init=False, timeout=300)
+    """), env=env, init=False, timeout=300)
+    assert res[1]["pair"]["rider_groups"] is None  # not a member
+    out = {}
     for which, ranks in (("whole", [0, 1, 2]), ("pair", [0, 2])):
         first = res[ranks[0]][which]
         assert first["digests"], f"{which}: no case ran"
@@ -160,5 +162,28 @@ def test_riders_on_three_ranks_in_the_whole_set_and_a_pair():
             got = res[rank][which]
             assert not got["failures"], f"{which}, rank {rank}:\n" + "\n".join(got["failures"][:30])
             assert got["digests"] == first["digests"], f"{which}: rank {rank} differs bitwise"
-            assert got["rider_groups"] > 0, f"{which}, rank {rank}: no allreduce rode with the vote"
-    assert res[1]["pair"]["rider_groups"] is None
+            out[which, rank] = got
+    return out
+
+
+@pytest.mark.parametrize("limit", ["65536", "0"])
+def test_blocking_calls_run_their_round_on_the_callers_thread(limit):
+    """A caller blocked on its small host collective runs the round itself (the core's
+    Worker::help) while the set's thread is idle; with HOROVODLITE_CALLER_RUNS_BYTES=0
+    the set's thread runs every round. Either way, on three ranks in the global set
+    and a pair: every result is numpy's and bitwise equal across the set's ranks."""
+    for key, got in _repeated_in_whole_and_pair({"HOROVODLITE_CALLER_RUNS_BYTES": limit}).items():
+        if limit == "0":
+            assert got["caller_rounds"] == 0, (key, got["caller_rounds"])
+        else:
+            # Most rounds: the engine's thread may hold the turn at a call's start (then
+            # it runs that round), and the calls above the limit are its own.
+            assert got["caller_rounds"] > got["rounds"] // 4, (key, got["caller_rounds"], got["rounds"])
+
+
+def test_riders_on_three_ranks_in_the_whole_set_and_a_pair():
+    """Riders forced on, three ranks: the global set (three: every rank's input goes to
+    both others with the vote) and the set of ranks 0 and 2 both take them; all results
+    are numpy's, bitwise equal across the set's ranks."""
+    for key, got in _repeated_in_whole_and_pair(RIDERS).items():
+        assert got["rider_groups"] > 0, f"{key}: no allreduce rode with the vote"

@@ -121,6 +121,8 @@ CASES = {
     "SHM_NEGOTIATION": ("1", lambda log: rep("negotiation") == "shm"),
     # Unset, two ranks of one host take no riders (auto: only across hosts).
     "VOTE_RIDER_BYTES": ("4096", lambda log: rep("vote_rider_bytes") == "4096"),
+    # Unset: 65536.
+    "CALLER_RUNS_BYTES": ("0", lambda log: rep("caller_runs_bytes") == "0"),
     "SHM_CHUNK_BYTES": ("8192", lambda log: rep("shm_chunk_bytes") == "8192"),
     "SHM_SLOTS": ("3", lambda log: rep("shm_slots") == "3"),
     "SHM_STREAM_IN_THRESHOLD": ("0", lambda log: rep("shm_stream_in_threshold") == "0"),

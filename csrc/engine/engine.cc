@@ -89,7 +89,7 @@ void Engine::init(std::unique_ptr<World> world, const Settings& settings) {
       HVDL_LOG(ERROR) << e.what() << "; running without a timeline";
     }
   }
-  workers_[0] = std::make_unique<Worker>(world_->create_group(all), params_, 0, state_, hosts_of(t, all));
+  workers_[0] = std::make_shared<Worker>(world_->create_group(all), params_, 0, state_, hosts_of(t, all));
 
   next_set_id_ = 1;
   HVDL_LOG(DEBUG) << "initialised: size " << t.size << ", local " << t.local_rank << "/"
@@ -158,9 +158,10 @@ int64_t Engine::enqueue(EnqueueArgs a) {
   e->input = a.input;
   e->output = a.output;
   e->handle = std::make_shared<HandleState>();
+  e->handle->process_set = a.process_set;
   e->req.ready_at = Clock::now();
   auto h = e->handle;
-  w->queue().push(std::move(e));
+  w->queue().push(std::move(e), !a.caller_waits);
   return handles_.add(h);
 }
 
@@ -171,9 +172,22 @@ std::shared_ptr<HandleState> Engine::handle(int64_t id) {
 }
 
 bool Engine::wait(HandleState& h, std::chrono::nanoseconds limit) {
-  if (!h.poll()) {
+  if (h.poll()) return true;
+  std::shared_ptr<Worker> owner;
+  {
     std::lock_guard<std::mutex> l(mu_);
-    for (auto& kv : workers_) kv.second->queue().request_flush();
+    auto it = workers_.find(h.process_set);
+    if (it != workers_.end()) owner = it->second;
+  }
+  // The caller runs the round itself where it can (Worker::help); otherwise the set's
+  // thread is told not to hold the work back for batching. So are the other sets'
+  // threads, as before there was help: a blocked caller may be waiting on their work
+  // too (a join, a barrier after async calls on another set).
+  const bool helped = owner && owner->help();
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    for (auto& kv : workers_)
+      if (!helped || kv.second != owner) kv.second->queue().request_flush();
   }
   return h.wait(limit);
 }
@@ -195,13 +209,13 @@ int Engine::add_process_set(const std::vector<int>& ranks) {
   auto t = world_->create_group(sorted);
   set_ranks_[id] = sorted;
   if (t)
-    workers_[id] = std::make_unique<Worker>(std::move(t), params_, id, state_,
+    workers_[id] = std::make_shared<Worker>(std::move(t), params_, id, state_,
                                             hosts_of(world_->topology(), sorted));
   return id;
 }
 
 void Engine::remove_process_set(int id) {
-  std::unique_ptr<Worker> w;
+  std::shared_ptr<Worker> w;
   {
     std::lock_guard<std::mutex> l(mu_);
     if (id == 0) throw std::invalid_argument("horovodlite: the global process set cannot be removed");
@@ -212,7 +226,9 @@ void Engine::remove_process_set(int id) {
     }
     set_ranks_.erase(id);
   }
-  w.reset();  // joins the worker outside the lock: its peers must do the same
+  // Joins the worker outside the lock (its peers must do the same), or leaves that to
+  // a caller still inside its help(), which holds the last reference.
+  w.reset();
 }
 
 std::vector<int> Engine::process_set_ranks(int id) {
@@ -237,6 +253,7 @@ std::map<std::string, uint64_t> Engine::stats(int id) {
           {"submit_to_round_ns", s.submit_to_round_ns}, {"negotiate_ns", s.negotiate_ns},
           {"execute_ns", s.execute_ns}, {"ring_wakes", s.ring_wakes},
           {"ring_to_round_ns", s.ring_to_round_ns}, {"rider_groups", s.rider_groups},
+          {"caller_rounds", s.caller_rounds}, {"turn_wait_ns", s.turn_wait_ns},
           {"rings_sent", rings.sent}, {"rings_saved", rings.saved}};
 }
 

@@ -22,6 +22,9 @@ struct EnqueueArgs {
   // GPU tensors (req.device >= 0): the cudaStream_t that produced the input, if any.
   bool has_stream = false;
   void* stream = nullptr;
+  // A blocking call: its caller waits for the handle at once, and that wait starts
+  // the work (Engine::wait), so the submission need not wake the set's thread.
+  bool caller_waits = false;
 };
 
 class Engine {
@@ -79,7 +82,7 @@ class Engine {
   std::mutex mu_;
   EngineState state_;  // before the workers, which use it
   std::unique_ptr<World> world_;
-  std::map<int, std::unique_ptr<Worker>> workers_;
+  std::map<int, std::shared_ptr<Worker>> workers_;  // shared: a helping caller holds one
   std::map<int, std::vector<int>> set_ranks_;
   int next_set_id_ = 1;
   HandleTable handles_;

@@ -27,6 +27,7 @@ struct HandleState {
   std::vector<int64_t> out_shape;  // in elements of out_dtype
   DataType out_dtype = DataType::UINT8;
   std::vector<int64_t> aux;  // alltoall: received splits; join: last joined rank
+  int process_set = -1;      // whose engine runs it (a waiting caller may help it along)
 
   void complete(Status s) {
     settle(std::move(s));

@@ -6,7 +6,7 @@
 
 namespace hvdl {
 
-void TensorQueue::push(std::unique_ptr<TensorEntry> e) {
+void TensorQueue::push(std::unique_ptr<TensorEntry> e, bool wake_worker) {
   bool wake;
   {
     std::lock_guard<std::mutex> l(mu_);
@@ -29,7 +29,7 @@ void TensorQueue::push(std::unique_ptr<TensorEntry> e) {
     // (Evaluated as at the batch's start: ready now by bytes or a flush, not by time.)
     wake = first || ready_locked(oldest_fresh_, window_hint_, bytes_hint_);
   }
-  if (wake) this->wake();
+  if (wake && wake_worker) this->wake();
 }
 
 void TensorQueue::wake() {
@@ -65,6 +65,11 @@ Clock::time_point TensorQueue::ready_time(std::chrono::nanoseconds window, size_
   return oldest_fresh_ + window;
 }
 
+bool TensorQueue::fresh_within(size_t bytes) {
+  std::lock_guard<std::mutex> l(mu_);
+  return !shutdown_ && !fresh_.empty() && fresh_bytes_ <= bytes;
+}
+
 bool TensorQueue::has_fresh_ready(std::chrono::nanoseconds window, size_t bytes) {
   std::lock_guard<std::mutex> l(mu_);
   return ready_locked(Clock::now(), window, bytes);
@@ -75,7 +80,11 @@ std::vector<Request> TensorQueue::take_fresh(bool* arriving) {
   if (arriving) *arriving = !flush_ && !fresh_.empty() && Clock::now() - last_push_ < kBurstGap;
   std::vector<Request> out;
   out.reserve(fresh_.size());
-  for (auto& n : fresh_) out.push_back(table_.at(n)->req);
+  for (auto& n : fresh_) {
+    TensorEntry& e = *table_.at(n);
+    e.put_forward = true;
+    out.push_back(e.req);
+  }
   fresh_.clear();
   fresh_bytes_ = 0;
   flush_ = false;
@@ -85,7 +94,7 @@ std::vector<Request> TensorQueue::take_fresh(bool* arriving) {
 std::unique_ptr<TensorEntry> TensorQueue::take(const std::string& name) {
   std::lock_guard<std::mutex> l(mu_);
   auto it = table_.find(name);
-  if (it == table_.end()) return nullptr;
+  if (it == table_.end() || !it->second->put_forward) return nullptr;
   auto e = std::move(it->second);
   table_.erase(it);
   return e;

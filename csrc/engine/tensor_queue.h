@@ -35,19 +35,27 @@ struct TensorEntry {
   // GPU tensors: recorded on the producer's stream at enqueue (a cudaEvent_t); the
   // engine's stream waits for it before reading. Null: nothing to wait for.
   std::shared_ptr<void> ready_event;
+  // Taken by a round (take_fresh): this rank has put it forward, and only from then
+  // can a response (an error naming it, say) be for it.
+  bool put_forward = false;
 };
 
 class TensorQueue {
  public:
   // Throws std::invalid_argument when the name is already in flight, and
   // std::runtime_error (with the reason given to close) once the queue is closed.
-  void push(std::unique_ptr<TensorEntry> e);
+  // `wake_worker` false: the caller waits for it at once and that wakes the worker
+  // (request_flush()) or runs the round itself (Worker::help()).
+  void push(std::unique_ptr<TensorEntry> e, bool wake_worker = true);
 
   // Waits up to `timeout` for a reason to run a round; returns true if there is one
   // (see Worker for what counts). `batch_window`: how long fresh work may wait for
   // more to batch with it unless someone is blocked on a result.
   bool wait_for_work(std::chrono::nanoseconds timeout, std::chrono::nanoseconds batch_window,
                      size_t batch_bytes);
+  // A caller blocked on a result may run the round itself (Worker::help): true when
+  // there is fresh work, of at most `bytes` in all, and no shutdown was asked for.
+  bool fresh_within(size_t bytes);
   // Non-blocking form of wait_for_work's test.
   bool has_fresh_ready(std::chrono::nanoseconds batch_window, size_t batch_bytes);
   // Non-blocking, for a worker that sleeps elsewhere (Doorbell): when the fresh work
@@ -62,6 +70,9 @@ class TensorQueue {
   // kBurstGap and nobody has asked for a result yet, so more are likely on the way.
   std::vector<Request> take_fresh(bool* arriving = nullptr);
   static constexpr std::chrono::microseconds kBurstGap{100};
+  // The entry `name` this rank has put forward (take_fresh), or null: a response may
+  // name a tensor that this rank's caller has only just submitted (a stall error for
+  // the peers' request under a name this rank then uses) and which is not its yet.
   std::unique_ptr<TensorEntry> take(const std::string& name);
   // The entry `name` while it stays queued (only the worker thread takes entries, so
   // it may use the pointer until it takes it), or null.
@@ -75,6 +86,7 @@ class TensorQueue {
   std::vector<std::unique_ptr<TensorEntry>> close(const std::string& why);
 
   void request_flush();  // a caller is blocked waiting: do not hold work back
+  void wake_worker() { wake(); }  // the worker should look again (a caller ran a round)
   void request_shutdown();
   bool shutdown_requested();
 

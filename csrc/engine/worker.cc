@@ -105,6 +105,7 @@ Worker::Worker(std::unique_ptr<Transport> t, EngineParams p, int id, EngineState
   if (rider_max > 0)
     controller_.set_riders(std::min<size_t>(rider_max, kPairExchangeMaxBytes),
                            [this](const Response& r) { return rider_for(r); });
+  caller_runs_bytes_ = static_cast<size_t>(std::max<long long>(0, p.settings.integer(Setting::CALLER_RUNS_BYTES)));
   shown_.fusion_threshold = p.fusion_threshold;
   shown_.cycle_time_ms = p.cycle_time_ms;
   shown_.segment_bytes = p.segment_bytes;
@@ -138,6 +139,7 @@ std::map<std::string, std::string> Worker::report() const {
       {"negotiation", vote_ ? "shm" : "transport"},
       // What the votes really carry (0: no riders), not just what was asked for.
       {"vote_rider_bytes", s(controller_.rider_bytes())},
+      {"caller_runs_bytes", s(caller_runs_bytes_)},
       {"peer_timeout_s", s(p.peer_timeout_s)},
       {"failure_report_dir", p.failure_report_dir},
   };
@@ -175,28 +177,44 @@ void Worker::stop() {
 // or a peer rang because it started one. Ranks never spin through empty rounds: an
 // idle rank sleeps in the OS and only checks for a peer's ring, more often while it
 // has tensors in flight (a peer's arrival is then what it is waiting for).
-void Worker::wait_for_round() {
-  if (doorbell_) return sleep_until_round();
+bool Worker::wait_for_round(std::unique_lock<std::timed_mutex>& turn) {
+  if (doorbell_) return sleep_until_round(turn);
   const nanoseconds window = cycle();
   auto poll = nanoseconds(microseconds(5));
   // Right after a round the next request or ring usually follows within microseconds
   // (training loops, synchronous calls): look without sleeping for a short while.
-  const auto spin_until = Clock::now() + microseconds(30);
+  // Not after a caller's round (help()): that caller is about to come back with its
+  // next call, and this thread's looks would hold the turn it then asks for.
+  const auto spin_until = Clock::now() + (caller_ran_last_ ? microseconds(0) : microseconds(30));
   // Only a round changes the controller's deadlines (stall checks, readiness reports).
   const auto deadline = controller_.next_deadline();
+  // A peer's ring while nothing is in flight here: the round could only run nothing
+  // on this rank (every collective needs its submission), and its caller, about to
+  // submit, would then need a second one. So an idle rank joins when its caller
+  // submits (the push wakes this thread, or the caller runs the round itself) or
+  // after look_every() at most, as with the doorbell (sleep_until_round()).
+  auto ring_seen = Clock::time_point::max();
+  uint64_t rung = 0;  // the highest round rung so far (poll_ring() hands each ring once)
+  auto joins = [&](uint64_t polled) {
+    rung = std::max(rung, polled);
+    if (rung < round_) return false;
+    if (queue_.has_in_flight() || queue_.shutdown_requested()) return true;
+    const auto now = Clock::now();
+    if (ring_seen == Clock::time_point::max()) ring_seen = now;
+    return now - ring_seen >= look_every();
+  };
   for (;;) {
     // A rank waiting here may be waiting for a peer that will never come: a failure
     // of a member ends the wait (and every collective of this set) at once.
     transport_->check_alive();
     PeerHealth::beat();
     if (Clock::now() < spin_until) {
-      uint64_t rung = transport_->poll_ring();
-      if (rung >= round_) return;
+      if (joins(transport_->poll_ring())) return true;
       if (queue_.has_fresh_ready(window, params_.fusion_threshold) || deadline <= Clock::now()) {
         transport_->ring(round_);
-        return;
+        return true;
       }
-      std::this_thread::yield();
+      if (!off_turn(turn, [] { std::this_thread::yield(); })) return false;
       continue;
     }
     auto now = Clock::now();
@@ -208,17 +226,22 @@ void Worker::wait_for_round() {
       // engine looks at the transport only as often as the doorbell's (look_every()),
       // instead of every millisecond: each look runs MPI's progress engine, and 1000
       // of them a second slowed other MPI work on the same ranks.
-      auto cap = queue_.has_in_flight() ? nanoseconds(microseconds(50)) : look_every();
-      poll = std::min(poll * 2, cap);
+      // (Nothing in flight: nothing to look for until then but a submission, which
+      // wakes this thread; short looks would only take the caller's core.)
+      poll = queue_.has_in_flight() ? std::min(poll * 2, nanoseconds(microseconds(50))) : look_every();
       auto timeout = std::min<Clock::duration>(poll, deadline - now);
-      local = queue_.wait_for_work(duration_cast<nanoseconds>(timeout), window,
-                                   params_.fusion_threshold);
+      if (ring_seen != Clock::time_point::max())
+        timeout = std::min<Clock::duration>(timeout, ring_seen + look_every() - now);
+      if (!off_turn(turn, [&] {
+            local = queue_.wait_for_work(duration_cast<nanoseconds>(timeout), window,
+                                         params_.fusion_threshold);
+          }))
+        return false;
     }
-    uint64_t rung = transport_->poll_ring();
-    if (rung >= round_) return;  // a peer started this round: nothing to ring
+    if (joins(transport_->poll_ring())) return true;  // a peer started it: nothing to ring
     if (local) {
       transport_->ring(round_);
-      return;
+      return true;
     }
   }
 }
@@ -235,10 +258,11 @@ nanoseconds Worker::look_every() const {
              : nanoseconds(milliseconds(100));
 }
 
-void Worker::sleep_until_round() {
+bool Worker::sleep_until_round(std::unique_lock<std::timed_mutex>& turn) {
   const auto kLookEvery = look_every();
   const nanoseconds window = cycle();
-  const auto spin_until = Clock::now() + microseconds(30);  // as in wait_for_round()
+  const auto spin_until =  // as in wait_for_round()
+      Clock::now() + (caller_ran_last_ ? microseconds(0) : microseconds(30));
   const auto deadline = controller_.next_deadline();
   auto looked = Clock::now() - kLookEvery;  // look once per round at least
   // A peer's ring while this rank has nothing in flight: the round could only run
@@ -257,13 +281,13 @@ void Worker::sleep_until_round() {
           now - ring_seen >= kLookEvery) {
         stats_.ring_wakes++;
         stats_.ring_to_round_ns += duration_cast<nanoseconds>(now - doorbell_->rung_at()).count();
-        return;
+        return true;
       }
     }
     auto ready = queue_.ready_time(window, params_.fusion_threshold);
     if (ready <= now || deadline <= now) {
       doorbell_->ring(round_);
-      return;
+      return true;
     }
     if (now - looked >= kLookEvery) {
       looked = now;
@@ -275,13 +299,123 @@ void Worker::sleep_until_round() {
       transport_->check_alive();
     }
     if (now < spin_until) {
-      std::this_thread::yield();
+      if (!off_turn(turn, [] { std::this_thread::yield(); })) return false;
       continue;
     }
     auto until = std::min({ready, deadline, looked + kLookEvery});
     if (rung) until = std::min(until, ring_seen + kLookEvery);
-    doorbell_->sleep(ticket, duration_cast<nanoseconds>(until - now), !rung);
+    if (!off_turn(turn, [&] { doorbell_->sleep(ticket, duration_cast<nanoseconds>(until - now), !rung); }))
+      return false;
   }
+}
+
+// Runs `fn` (a wait and/or a round); a failure ends the set: running_ false, why_
+// says why, and the thread that owns the loop closes the queue with it.
+template <class Fn>
+void Worker::guarded(Fn fn) {
+  try {
+    fn();
+  } catch (const PeerFailure& e) {
+    why_ = e.what();
+    running_ = false;
+  } catch (const SetAbandoned& e) {
+    HVDL_LOG(ERROR) << e.what();
+    why_ = e.what();
+    running_ = false;
+  } catch (const std::exception& e) {
+    HVDL_LOG(ERROR) << "process set " << id_ << ": background loop failed: " << e.what();
+    why_ = std::string("horovodlite: background loop failed: ") + e.what();
+    running_ = false;
+  }
+}
+
+void Worker::take_turn(std::unique_lock<std::timed_mutex>& turn) {
+  // A caller waiting in help() goes first: it runs the round this thread would start
+  // (a mutex hands itself to whoever asks first, often this thread again).
+  const auto until = Clock::now() + kHelpWait;
+  while (wanted_.load(std::memory_order_acquire) > 0 && Clock::now() < until)
+    std::this_thread::yield();
+  // Beating meanwhile: a caller's round may take a while, and this thread is not stuck.
+  while (!turn.try_lock_for(std::chrono::milliseconds(1))) PeerHealth::beat();
+}
+
+template <class Idle>
+bool Worker::off_turn(std::unique_lock<std::timed_mutex>& turn, Idle idle) {
+  const uint64_t round = round_;
+  turn.unlock();
+  idle();
+  take_turn(turn);
+  return round_ == round && running_;
+}
+
+void Worker::run_round() {
+  const auto started = Clock::now();
+  bool want_shutdown = queue_.shutdown_requested();
+  Timeline* tl = records_timeline_ ? state_.timeline.recording() : nullptr;
+  if (tl && tl->mark_cycles()) tl->cycle_start(started);
+  bool arriving = false;
+  auto fresh = queue_.take_fresh(&arriving);
+  if (!fresh.empty()) {
+    auto oldest = started;
+    for (auto& q : fresh) oldest = std::min(oldest, q.ready_at);
+    stats_.fresh_rounds++;
+    stats_.submit_to_round_ns += duration_cast<nanoseconds>(started - oldest).count();
+  }
+  RoundResult res = controller_.round(std::move(fresh), want_shutdown, tl,
+                                      tuner_ ? tuner_->proposal() : nullptr, arriving, cycle());
+  ++round_;
+  stats_.rounds++;
+  if (!res.cache_only) stats_.full_rounds++;
+  if (res.tunables) apply(*res.tunables);  // every rank, before this round's work
+  const auto agreed = Clock::now();
+  stats_.negotiate_ns += duration_cast<nanoseconds>(agreed - started).count();
+  uint64_t bytes = execute(res.responses, tl, agreed, res.peer_inputs);
+  stats_.execute_ns += duration_cast<nanoseconds>(Clock::now() - agreed).count();
+  if (tuner_) tuner_->record(res.responses, bytes, Clock::now());
+  if (res.shutdown) running_ = false;
+}
+
+// The caller's turn. A caller blocked on its own small host collective would
+// otherwise hand it to this set's thread and wait to be handed the result: two
+// wake-ups, each a context switch where the two threads share a core, and with more
+// ranks than cores each a wait for the scheduler (2x2 hosts on two cores: 30-40 us
+// from submission to the round, of a 150 us call). So, while the set's thread is
+// between looks (yielding or asleep: it holds the turn otherwise), the caller starts
+// the round as that thread would - ring, negotiate, execute - on its own thread.
+// Everything a round touches is the turn-holder's, so the rounds stay one sequence.
+// Not for GPU work (a device is current per thread) or large batches (a long round
+// would keep the caller from its signal handlers), nor more than once per fresh
+// batch: a round that found the tensor not ready everywhere leaves it to the thread.
+bool Worker::help() {
+  if (caller_runs_bytes_ == 0 || state_.process_gpu.load() >= 0 ||
+      !queue_.fresh_within(caller_runs_bytes_))
+    return false;
+  // The set's thread gives the turn up at its next yield or sleep (take_turn) unless
+  // it is in a round, which may take this caller's work with it: then, after
+  // kHelpWait, the usual way (the work is flushed to the thread).
+  wanted_.fetch_add(1, std::memory_order_acq_rel);
+  std::unique_lock<std::timed_mutex> turn(turn_, std::defer_lock);
+  const auto asked = Clock::now();
+  const bool got = turn.try_lock_for(kHelpWait);
+  wanted_.fetch_sub(1, std::memory_order_acq_rel);
+  stats_.turn_wait_ns += duration_cast<nanoseconds>(Clock::now() - asked).count();
+  if (!got || !running_ || !queue_.fresh_within(caller_runs_bytes_)) return false;
+  guarded([&] {
+    transport_->check_alive();
+    if (doorbell_) {
+      if (doorbell_->rung() < round_) doorbell_->ring(round_);
+    } else if (transport_->poll_ring() < round_) {
+      transport_->ring(round_);
+    }
+    caller_ran_last_ = true;
+    run_round();
+  });
+  stats_.caller_rounds++;
+  // The set's thread slept without knowing of this work. Wake it if the round left
+  // any in flight (it waits for the peers' rounds, looking often) or ended the set
+  // (it closes the queue: loop()).
+  if (!running_ || queue_.has_in_flight()) queue_.wake_worker();
+  return true;
 }
 
 void Worker::loop() {
@@ -289,48 +423,17 @@ void Worker::loop() {
   // Findable in top and /proc (benchmarks/torch_training.py counts its wake-ups).
   prctl(PR_SET_NAME, ("hvdl-set" + std::to_string(id_)).c_str());
   PeerHealth::Registration beating("process set " + std::to_string(id_));
-  std::string why;
   while (running_) {
-    try {
-      wait_for_round();
-      const auto started = Clock::now();
-      bool want_shutdown = queue_.shutdown_requested();
-      Timeline* tl = records_timeline_ ? state_.timeline.recording() : nullptr;
-      if (tl && tl->mark_cycles()) tl->cycle_start(started);
-      bool arriving = false;
-      auto fresh = queue_.take_fresh(&arriving);
-      if (!fresh.empty()) {
-        auto oldest = started;
-        for (auto& q : fresh) oldest = std::min(oldest, q.ready_at);
-        stats_.fresh_rounds++;
-        stats_.submit_to_round_ns += duration_cast<nanoseconds>(started - oldest).count();
+    std::unique_lock<std::timed_mutex> turn(turn_, std::defer_lock);
+    take_turn(turn);
+    guarded([&] {
+      if (running_ && wait_for_round(turn)) {
+        caller_ran_last_ = false;
+        run_round();
       }
-      RoundResult res = controller_.round(
-          std::move(fresh), want_shutdown, tl, tuner_ ? tuner_->proposal() : nullptr, arriving,
-          cycle());
-      ++round_;
-      stats_.rounds++;
-      if (!res.cache_only) stats_.full_rounds++;
-      if (res.tunables) apply(*res.tunables);  // every rank, before this round's work
-      const auto agreed = Clock::now();
-      stats_.negotiate_ns += duration_cast<nanoseconds>(agreed - started).count();
-      uint64_t bytes = execute(res.responses, tl, agreed, res.peer_inputs);
-      stats_.execute_ns += duration_cast<nanoseconds>(Clock::now() - agreed).count();
-      if (tuner_) tuner_->record(res.responses, bytes, Clock::now());
-      if (res.shutdown) running_ = false;
-    } catch (const PeerFailure& e) {
-      why = e.what();
-      running_ = false;
-    } catch (const SetAbandoned& e) {
-      HVDL_LOG(ERROR) << e.what();
-      why = e.what();
-      running_ = false;
-    } catch (const std::exception& e) {
-      HVDL_LOG(ERROR) << "process set " << id_ << ": background loop failed: " << e.what();
-      why = std::string("horovodlite: background loop failed: ") + e.what();
-      running_ = false;
-    }
+    });
   }
+  std::string why = why_;
   if (!why.empty()) {
     // Say which of this rank's tensors the failure took down (what was in flight).
     auto names = queue_.in_flight_names();

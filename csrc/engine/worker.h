@@ -63,6 +63,8 @@ struct WorkerStats {
   std::atomic<uint64_t> ring_wakes{0}, ring_to_round_ns{0};
   // Allreduces whose data rode with the vote (controller.h): no exchange of their own.
   std::atomic<uint64_t> rider_groups{0};
+  // Rounds a blocked caller ran on its own thread (Worker::help).
+  std::atomic<uint64_t> caller_rounds{0}, turn_wait_ns{0};  // and their wait for the turn
 };
 
 class Worker {
@@ -82,6 +84,10 @@ class Worker {
     return shown_;
   }
   int id() const { return id_; }
+  // Called by a caller blocked on one of this set's results: runs the next round on
+  // the caller's thread if the set's own thread is idle and the work is small host
+  // work (worker.cc says when). True if it ran one.
+  bool help();
   const char* allreduce_algorithm() const { return allreduce_->name().c_str(); }
   void stop();
   // What this set's engine runs with, as name -> value (Engine::report()).
@@ -89,8 +95,17 @@ class Worker {
 
  private:
   void loop();
-  void wait_for_round();
-  void sleep_until_round();  // wait_for_round() with a Doorbell
+  // Whoever runs rounds or looks at the transport holds the turn (turn_): this
+  // set's thread, or a caller in help(). The thread gives it up while it yields or
+  // sleeps (off_turn); false from a wait: a round ran meanwhile, start over.
+  bool wait_for_round(std::unique_lock<std::timed_mutex>& turn);
+  bool sleep_until_round(std::unique_lock<std::timed_mutex>& turn);  // with a Doorbell
+  void take_turn(std::unique_lock<std::timed_mutex>& turn);
+  template <class Idle>
+  bool off_turn(std::unique_lock<std::timed_mutex>& turn, Idle idle);
+  template <class Fn>
+  void guarded(Fn fn);
+  void run_round();  // negotiate, execute, complete (the turn held)
   // How often an idle engine looks at the transport (a peer's failure, a collective
   // it gave up) and beats: 10 times a second, or 10 times per peer timeout if shorter.
   std::chrono::nanoseconds look_every() const;
@@ -125,8 +140,14 @@ class Worker {
   static constexpr std::chrono::microseconds kCrossHostRingHold{50};
   std::chrono::microseconds ring_hold_{0};  // how long a ring waits for the vote (0: not)
   WorkerStats stats_;
+  std::timed_mutex turn_;
+  std::atomic<int> wanted_{0};
+  bool caller_ran_last_ = false;  // the last round was a caller's (the turn held)  // callers in help() waiting for the turn
+  static constexpr std::chrono::microseconds kHelpWait{200};
+  size_t caller_runs_bytes_ = 0;  // help()'s limit (CALLER_RUNS_BYTES; 0: never)
   uint64_t round_ = 1;
-  bool running_ = true;
+  std::atomic<bool> running_{true};
+  std::string why_;  // why the set stopped (set with running_ false by a failed round)
   const bool records_timeline_;  // world rank 0, global set
   std::unique_ptr<Autotuner> tuner_;
   mutable std::mutex shown_mu_;

@@ -100,7 +100,7 @@ EnqueueArgs request(OpType op, const std::string& name, int dtype, int reduce_op
 int64_t enqueue_allreduce(const std::string& name, py::handle in, py::handle out, int dtype,
                           int reduce_op, double prescale, double postscale,
                           const std::string& group, int group_size, int process_set,
-                          py::handle shape, int device, py::handle stream) {
+                          py::handle shape, int device, py::handle stream, bool caller_waits) {
   EnqueueArgs a = request(OpType::ALLREDUCE, name, dtype, reduce_op, prescale, postscale, device,
                           group, group_size, process_set, stream);
   Py_buffer view;
@@ -116,13 +116,15 @@ int64_t enqueue_allreduce(const std::string& name, py::handle in, py::handle out
     a.input = array_interface(in, &a.req.shape);
   }
   a.output = in.is(out) ? const_cast<void*>(a.input) : address_of(out);
+  a.caller_waits = caller_waits;
   return submit(std::move(a));
 }
 
 int64_t enqueue(int op, const std::string& name, py::handle in, py::handle out, int dtype,
                 std::vector<int64_t> shape, int reduce_op, double prescale, double postscale,
                 int root, int device, std::vector<int64_t> splits, const std::string& group,
-                int group_size, int process_set, const std::string& error, py::object stream) {
+                int group_size, int process_set, const std::string& error, py::object stream,
+                bool caller_waits) {
   EnqueueArgs a = request(static_cast<OpType>(op), name, dtype, reduce_op, prescale, postscale,
                           device, group, group_size, process_set, stream);
   a.req.shape = std::move(shape);
@@ -131,6 +133,7 @@ int64_t enqueue(int op, const std::string& name, py::handle in, py::handle out, 
   a.req.error = error;
   a.input = address_of(in);
   a.output = address_of(out);
+  a.caller_waits = caller_waits;
   return submit(std::move(a));
 }
 
@@ -308,11 +311,12 @@ PYBIND11_MODULE(_core, m) {
         py::arg("postscale") = 1.0, py::arg("root") = -1, py::arg("device") = -1,
         py::arg("splits") = std::vector<int64_t>(), py::arg("group") = "",
         py::arg("group_size") = 0, py::arg("process_set") = 0, py::arg("error") = "",
-        py::arg("stream") = py::none());
+        py::arg("stream") = py::none(), py::arg("caller_waits") = false);
   m.def("enqueue_allreduce", &enqueue_allreduce, py::arg("name"), py::arg("input"),
         py::arg("output"), py::arg("dtype"), py::arg("reduce_op"), py::arg("prescale"),
         py::arg("postscale"), py::arg("group"), py::arg("group_size"), py::arg("process_set"),
-        py::arg("shape") = py::none(), py::arg("device") = -1, py::arg("stream") = py::none());
+        py::arg("shape") = py::none(), py::arg("device") = -1, py::arg("stream") = py::none(),
+        py::arg("caller_waits") = false);
   m.def("_set_error_classes", [](py::object value_error, py::object type_error) {
     Py_XDECREF(g_value_error);
     Py_XDECREF(g_type_error);

@@ -19,7 +19,7 @@ import torch
 from ..basics import Average, Sum, _topology
 from ..basics import rank as _rank
 from .._loader import _core
-from ..handles import auto_name, collective, expect_group, named, poll, submit, submit_allreduce, synchronize, track
+from ..handles import auto_name, blocking, collective, expect_group, named, poll, submit, submit_allreduce, synchronize, track
 from ..ops import (ALLGATHER, ALLREDUCE, ALLTOALL, BROADCAST, REDUCESCATTER, _GroupHandle,
                    _root_in_set, _splits_list, resolve_op)
 from ..process_sets import _set_id, global_process_set
@@ -127,8 +127,8 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
 
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                postscale_factor=1.0, process_set=global_process_set):
-    return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor,
-                                        postscale_factor, process_set))
+    return blocking(allreduce_async_, tensor, average, name, op, prescale_factor,
+                                      postscale_factor, process_set)
 
 
 class HorovodAllreduce(torch.autograd.Function):
@@ -137,8 +137,8 @@ class HorovodAllreduce(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, name, op, prescale_factor, postscale_factor, process_set):
         ctx.args = (name, op, prescale_factor, postscale_factor, process_set)
-        return synchronize(allreduce_async(tensor, None, name, op, prescale_factor,
-                                           postscale_factor, process_set))
+        return blocking(allreduce_async, tensor, None, name, op, prescale_factor,
+                                         postscale_factor, process_set)
 
     @staticmethod
     def backward(ctx, grad):
@@ -161,8 +161,8 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
         out = HorovodAllreduce.apply(compressed, name, op, prescale_factor, postscale_factor,
                                      process_set)
     else:
-        out = synchronize(allreduce_async(compressed, None, name, op, prescale_factor,
-                                          postscale_factor, process_set))
+        out = blocking(allreduce_async, compressed, None, name, op, prescale_factor,
+                                        postscale_factor, process_set)
     return compression.decompress(out, cctx)
 
 
@@ -194,16 +194,16 @@ def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale
 
 def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                        postscale_factor=1.0, process_set=global_process_set):
-    return synchronize(grouped_allreduce_async_(tensors, average, name, op, prescale_factor,
-                                                postscale_factor, process_set))
+    return blocking(grouped_allreduce_async_, tensors, average, name, op, prescale_factor,
+                                              postscale_factor, process_set)
 
 
 class HorovodGroupedAllreduce(torch.autograd.Function):
     @staticmethod
     def forward(ctx, name, op, prescale_factor, postscale_factor, process_set, *tensors):
         ctx.args = (name, op, prescale_factor, postscale_factor, process_set)
-        return tuple(synchronize(grouped_allreduce_async(
-            tensors, None, name, op, prescale_factor, postscale_factor, process_set)))
+        return tuple(blocking(grouped_allreduce_async,
+            tensors, None, name, op, prescale_factor, postscale_factor, process_set))
 
     @staticmethod
     def backward(ctx, *grads):
@@ -225,8 +225,8 @@ def grouped_allreduce(tensors, average=None, name=None, compression=Compression.
         outs = HorovodGroupedAllreduce.apply(name, op, prescale_factor, postscale_factor,
                                              process_set, *compressed)
     else:
-        outs = synchronize(grouped_allreduce_async(compressed, None, name, op, prescale_factor,
-                                                   postscale_factor, process_set))
+        outs = blocking(grouped_allreduce_async, compressed, None, name, op, prescale_factor,
+                                                 postscale_factor, process_set)
     return [compression.decompress(o, c) for o, (_, c) in zip(outs, pairs)]
 
 
@@ -255,8 +255,8 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
 def _my_slice(grad, dim0, name, process_set):
     """This rank's rows of a gathered gradient: the offsets come from an allgather of
     every rank's first dimension."""
-    dims = synchronize(allgather_async(torch.tensor([dim0], dtype=torch.int64),
-                                       name=_sub_name(name, "dims"), process_set=process_set))
+    dims = blocking(allgather_async, torch.tensor([dim0], dtype=torch.int64),
+                                     name=_sub_name(name, "dims"), process_set=process_set)
     r = process_set.rank()
     offset = int(dims[:r].sum())
     return grad.narrow(0, offset, dim0)
@@ -266,7 +266,7 @@ class HorovodAllgather(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, name, process_set):
         ctx.shape, ctx.args = tensor.shape, (name, process_set)
-        return synchronize(allgather_async(tensor, name, process_set))
+        return blocking(allgather_async, tensor, name, process_set)
 
     @staticmethod
     def backward(ctx, grad):
@@ -282,7 +282,7 @@ def allgather(tensor, name=None, process_set=global_process_set):
     _topology()
     if _differentiable(tensor, "allgather"):
         return HorovodAllgather.apply(tensor, name, process_set)
-    return synchronize(allgather_async(tensor, name, process_set))
+    return blocking(allgather_async, tensor, name, process_set)
 
 
 @collective(ALLGATHER, "grouped_allgather", _op_name, grouped=True)
@@ -300,7 +300,7 @@ class HorovodGroupedAllgather(torch.autograd.Function):
     @staticmethod
     def forward(ctx, name, process_set, *tensors):
         ctx.shapes, ctx.args = [t.shape for t in tensors], (name, process_set)
-        return tuple(synchronize(grouped_allgather_async(tensors, name, process_set)))
+        return tuple(blocking(grouped_allgather_async, tensors, name, process_set))
 
     @staticmethod
     def backward(ctx, *grads):
@@ -318,7 +318,7 @@ def grouped_allgather(tensors, name=None, process_set=global_process_set):
     tensors = [check_tensor(t, "grouped_allgather") for t in tensors]
     if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
         return list(HorovodGroupedAllgather.apply(name, process_set, *tensors))
-    return synchronize(grouped_allgather_async(tensors, name, process_set))
+    return blocking(grouped_allgather_async, tensors, name, process_set)
 
 
 # ---------------------------------------------------------------------------- broadcast
@@ -353,14 +353,14 @@ def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_se
 
 def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
     """Overwrites `tensor` with the root's value; returns it."""
-    return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
+    return blocking(broadcast_async_, tensor, root_rank, name, process_set)
 
 
 class HorovodBroadcast(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, root_rank, name, process_set):
         ctx.args = (root_rank, name, process_set)
-        return synchronize(broadcast_async(tensor, root_rank, name, process_set))
+        return blocking(broadcast_async, tensor, root_rank, name, process_set)
 
     @staticmethod
     def backward(ctx, grad):
@@ -377,7 +377,7 @@ def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
     _topology()
     if _differentiable(tensor, "broadcast"):
         return HorovodBroadcast.apply(tensor, root_rank, name, process_set)
-    return synchronize(broadcast_async(tensor, root_rank, name, process_set))
+    return blocking(broadcast_async, tensor, root_rank, name, process_set)
 
 
 # ---------------------------------------------------------------------------- alltoall
@@ -409,7 +409,7 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
 class HorovodAlltoall(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, splits, name, process_set):
-        out, received = synchronize(alltoall_async(tensor, splits, name, process_set))
+        out, received = blocking(alltoall_async, tensor, splits, name, process_set)
         ctx.args = (received, name, process_set)
         ctx.mark_non_differentiable(received)
         return out, received
@@ -417,8 +417,8 @@ class HorovodAlltoall(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad, _received_grad):
         received, name, ps = ctx.args
-        g, _ = synchronize(alltoall_async(grad.contiguous(), received, _sub_name(name, "grad"),
-                                          ps))
+        g, _ = blocking(alltoall_async, grad.contiguous(), received, _sub_name(name, "grad"),
+                                        ps)
         return g, None, None, None
 
 
@@ -431,7 +431,7 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
     if _differentiable(tensor, "alltoall"):
         out, received = HorovodAlltoall.apply(tensor, splits, name, process_set)
     else:
-        out, received = synchronize(alltoall_async(tensor, splits, name, process_set))
+        out, received = blocking(alltoall_async, tensor, splits, name, process_set)
     return out if splits is None else (out, received)
 
 
@@ -469,13 +469,13 @@ class HorovodReducescatter(torch.autograd.Function):
     def forward(ctx, tensor, name, op, process_set, prescale_factor, postscale_factor):
         ctx.args = (name, process_set,
                     _reducescatter_grad_scale(op, prescale_factor, postscale_factor, process_set))
-        return synchronize(reducescatter_async(tensor, name, op, process_set, prescale_factor,
-                                               postscale_factor))
+        return blocking(reducescatter_async, tensor, name, op, process_set, prescale_factor,
+                                             postscale_factor)
 
     @staticmethod
     def backward(ctx, grad):
         name, ps, scale = ctx.args
-        g = synchronize(allgather_async(grad.contiguous(), _sub_name(name, "grad"), ps))
+        g = blocking(allgather_async, grad.contiguous(), _sub_name(name, "grad"), ps)
         return (g * scale if scale != 1.0 else g), None, None, None, None, None
 
 
@@ -484,14 +484,14 @@ class HorovodGroupedReducescatter(torch.autograd.Function):
     def forward(ctx, name, op, process_set, prescale_factor, postscale_factor, *tensors):
         ctx.args = (name, process_set,
                     _reducescatter_grad_scale(op, prescale_factor, postscale_factor, process_set))
-        return tuple(synchronize(grouped_reducescatter_async(
-            tensors, name, op, process_set, prescale_factor, postscale_factor)))
+        return tuple(blocking(grouped_reducescatter_async,
+            tensors, name, op, process_set, prescale_factor, postscale_factor))
 
     @staticmethod
     def backward(ctx, *grads):
         name, ps, scale = ctx.args
-        gs = synchronize(grouped_allgather_async([g.contiguous() for g in grads],
-                                                 _sub_name(name, "grad"), ps))
+        gs = blocking(grouped_allgather_async, [g.contiguous() for g in grads],
+                                               _sub_name(name, "grad"), ps)
         return (None, None, None, None, None,
                 *[g * scale if scale != 1.0 else g for g in gs])
 
@@ -509,8 +509,8 @@ def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
         out = HorovodReducescatter.apply(compressed, name, op, process_set, prescale_factor,
                                          postscale_factor)
     else:
-        out = synchronize(reducescatter_async(compressed, name, op, process_set,
-                                              prescale_factor, postscale_factor))
+        out = blocking(reducescatter_async, compressed, name, op, process_set,
+                                            prescale_factor, postscale_factor)
     return compression.decompress(out, cctx)
 
 
@@ -540,6 +540,6 @@ def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=A
         outs = HorovodGroupedReducescatter.apply(name, op, process_set, prescale_factor,
                                                  postscale_factor, *compressed)
     else:
-        outs = synchronize(grouped_reducescatter_async(compressed, name, op, process_set,
-                                                       prescale_factor, postscale_factor))
+        outs = blocking(grouped_reducescatter_async, compressed, name, op, process_set,
+                                                     prescale_factor, postscale_factor)
     return [compression.decompress(o, c) for o, (_, c) in zip(outs, pairs)]
