@@ -38,11 +38,13 @@ enum class SettingType { INT, REAL, BOOL, STRING };
     "two (0 = off: the vote is an MPI allreduce and the data goes its own way; auto, where " \
     "the ranks are on several hosts: 65536 for two ranks, 32768 / (ranks - 1) for more; "  \
     "0 where they share one)")                                                             \
-  X(CALLER_RUNS_BYTES, INT, "65536", false,                                                  \
+  X(CALLER_RUNS_BYTES, INT, "auto", false,                                                   \
     "a caller blocked on a collective of host memory with at most this many fresh bytes "   \
     "queued runs the negotiation round and the collective on its own thread while the "    \
     "engine's thread is idle, instead of handing them over and being woken with the "     \
-    "result (two context switches per call; 0 = the engine's thread runs every round)")   \
+    "result (two context switches per call; 0 = the engine's thread runs every round; "   \
+    "auto: 65536 where all ranks of the set share a host, 0 across hosts, where it "        \
+    "measured slower)")                                                                      \
   X(STALL_CHECK_TIME_SECONDS, REAL, "60", false,                                             \
     "warn (rank 0) about tensors some ranks have not submitted")                             \
   X(STALL_CHECK_DISABLE, BOOL, "0", false, "1: no stall warnings")                           \

@@ -144,6 +144,7 @@ class Worker {
   std::atomic<int> wanted_{0};
   bool caller_ran_last_ = false;  // the last round was a caller's (the turn held)  // callers in help() waiting for the turn
   static constexpr std::chrono::microseconds kHelpWait{200};
+  static constexpr long long kAutoCallerRunsBytes = 64 << 10;  // CALLER_RUNS_BYTES's auto
   size_t caller_runs_bytes_ = 0;  // help()'s limit (CALLER_RUNS_BYTES; 0: never)
   uint64_t round_ = 1;
   std::atomic<bool> running_{true};
