@@ -48,13 +48,18 @@ bool TensorQueue::wait_for_work(std::chrono::nanoseconds timeout,
                                 std::chrono::nanoseconds window, size_t bytes) {
   std::unique_lock<std::mutex> l(mu_);
   window_hint_ = window, bytes_hint_ = bytes;
-  auto now = Clock::now();
-  if (ready_locked(now, window, bytes)) return true;
-  auto until = now + timeout;
-  // Fresh work held back for batching wakes us when its window closes.
-  if (!fresh_.empty() && oldest_fresh_ + window < until) until = oldest_fresh_ + window;
-  cv_.wait_until(l, until, [&] { return ready_locked(Clock::now(), window, bytes); });
-  return ready_locked(Clock::now(), window, bytes);
+  const auto until = Clock::now() + timeout;
+  for (;;) {
+    const auto now = Clock::now();
+    if (ready_locked(now, window, bytes)) return true;
+    if (now >= until) return false;
+    // Fresh work held back for batching wakes us when its window closes: looked at
+    // after every wake-up, since the push that starts a batch comes while we sleep
+    // (an idle worker sleeps long).
+    auto wake_at = until;
+    if (!fresh_.empty() && oldest_fresh_ + window < wake_at) wake_at = oldest_fresh_ + window;
+    cv_.wait_until(l, wake_at);
+  }
 }
 
 Clock::time_point TensorQueue::ready_time(std::chrono::nanoseconds window, size_t bytes) {
@@ -111,6 +116,11 @@ bool TensorQueue::has_in_flight() {
   return !table_.empty();
 }
 
+bool TensorQueue::has_put_forward() {
+  std::lock_guard<std::mutex> l(mu_);
+  return table_.size() > fresh_.size();  // every entry is fresh or put forward
+}
+
 std::vector<std::unique_ptr<TensorEntry>> TensorQueue::take_all() {
   std::lock_guard<std::mutex> l(mu_);
   std::vector<std::unique_ptr<TensorEntry>> out;
@@ -133,7 +143,9 @@ std::vector<std::unique_ptr<TensorEntry>> TensorQueue::close(const std::string& 
 void TensorQueue::request_flush() {
   {
     std::lock_guard<std::mutex> l(mu_);
-    flush_ = true;
+    // For the batch there is now: a flush left standing would make the first tensor
+    // of the next batch ready on its own and send it alone.
+    if (!fresh_.empty()) flush_ = true;
   }
   wake();
 }

@@ -78,6 +78,8 @@ class TensorQueue {
   // it may use the pointer until it takes it), or null.
   const TensorEntry* find(const std::string& name);
   bool has_in_flight();
+  // Whether any entry has been put forward (take_fresh) and waits for its response.
+  bool has_put_forward();
   // Names of every tensor submitted and not yet executed (sorted).
   std::vector<std::string> in_flight_names();
   std::vector<std::unique_ptr<TensorEntry>> take_all();

@@ -195,20 +195,22 @@ bool Worker::wait_for_round(std::unique_lock<std::timed_mutex>& turn) {
   const auto spin_until = Clock::now() + (caller_ran_last_ ? microseconds(0) : microseconds(30));
   // Only a round changes the controller's deadlines (stall checks, readiness reports).
   const auto deadline = controller_.next_deadline();
-  // A peer's ring while nothing is in flight here: the round could only run nothing
-  // on this rank (every collective needs its submission), and its caller, about to
-  // submit, would then need a second one. So an idle rank joins when its caller
-  // submits (the push wakes this thread, or the caller runs the round itself) or
-  // after look_every() at most, as with the doorbell (sleep_until_round()).
+  // A peer's ring while nothing here waits for the peers (no tensor put forward): a
+  // round now could only run nothing of this rank's, or the first few of a batch its
+  // caller is still submitting, and the rest would then need a round of their own.
+  // So such a rank joins once its caller's batch is ready (the batching window or a
+  // flush, as for a round of its own; a blocked caller runs it itself: help()), or
+  // after look_every() at most. A rank with work put forward joins at once: the round
+  // may be what that work waits for.
   auto ring_seen = Clock::time_point::max();
   uint64_t rung = 0;  // the highest round rung so far (poll_ring() hands each ring once)
   auto joins = [&](uint64_t polled) {
     rung = std::max(rung, polled);
     if (rung < round_) return false;
-    if (queue_.has_in_flight() || queue_.shutdown_requested()) return true;
     const auto now = Clock::now();
     if (ring_seen == Clock::time_point::max()) ring_seen = now;
-    return now - ring_seen >= look_every();
+    return queue_.has_put_forward() || queue_.shutdown_requested() ||
+           queue_.has_fresh_ready(window, params_.fusion_threshold) || now - ring_seen >= look_every();
   };
   for (;;) {
     // A rank waiting here may be waiting for a peer that will never come: a failure
@@ -227,14 +229,11 @@ bool Worker::wait_for_round(std::unique_lock<std::timed_mutex>& turn) {
     auto now = Clock::now();
     bool local = deadline <= now;
     if (!local) {
-      // With nothing in flight a peer's ring can wait: this rank joins the round as
-      // soon as its caller submits (the push wakes this thread, which then sees the
-      // ring), and every collective needs a submission on every rank. So an idle
-      // engine looks at the transport only as often as the doorbell's (look_every()),
-      // instead of every millisecond: each look runs MPI's progress engine, and 1000
-      // of them a second slowed other MPI work on the same ranks.
-      // (Nothing in flight: nothing to look for until then but a submission, which
-      // wakes this thread; short looks would only take the caller's core.)
+      // With nothing in flight a peer's ring can wait (joins() above), and a
+      // submission wakes this thread. So an idle engine looks at the transport only
+      // as often as the doorbell's (look_every()), instead of every millisecond: each
+      // look runs MPI's progress engine (1000 a second slowed other MPI work on the
+      // same ranks), and takes the core from the caller.
       poll = queue_.has_in_flight() ? std::min(poll * 2, nanoseconds(microseconds(50))) : look_every();
       auto timeout = std::min<Clock::duration>(poll, deadline - now);
       if (ring_seen != Clock::time_point::max())

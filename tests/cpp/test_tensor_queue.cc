@@ -1,10 +1,14 @@
 // The hand-off between callers and a process set's thread (csrc/engine/tensor_queue.h)
 // alone: a response may only take an entry this rank has put forward (a stall error
 // naming a tensor its caller has only just submitted must leave that one alone), a
-// blocking caller's submission does not wake the worker, and what a helping caller
-// may run (fresh_within).
+// blocking caller's submission does not wake the worker, a flush is for the batch
+// there is (not the next one), a batch that starts while the worker sleeps ends that
+// sleep at its window, and what a helping caller may run (fresh_within).
+#include <chrono>
+#include <cstdint>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "engine/tensor_queue.h"
 #include "harness.h"
@@ -53,6 +57,41 @@ void blocking_submissions_do_not_wake() {
   CHECK(wakes == 2, "an asynchronous submission did not wake the worker (wakes=%d)", wakes);
 }
 
+void a_flush_is_for_the_batch_there_is() {
+  TensorQueue q;
+  const auto window = std::chrono::seconds(10);
+  q.request_flush();  // a caller waited while nothing was fresh (its work was put forward)
+  q.push(entry("next", 4));
+  CHECK(!q.has_fresh_ready(window, SIZE_MAX),
+        "a flush left standing made the next batch's first tensor ready on its own");
+  q.request_flush();
+  CHECK(q.has_fresh_ready(window, SIZE_MAX), "a flush did not release the batch");
+  q.take_fresh();
+  q.push(entry("after", 4));
+  CHECK(!q.has_fresh_ready(window, SIZE_MAX), "the flush outlived the round that took its batch");
+}
+
+// An idle worker sleeps long (its timeout); a batch that starts meanwhile must end
+// that sleep when its window closes, not when the timeout does (an async tensor would
+// otherwise wait for its caller's synchronize). Bounds far apart: 10 ms against 5 s.
+void a_batch_ends_a_long_sleep_at_its_window() {
+  TensorQueue q;
+  using namespace std::chrono;
+  bool ready = false;
+  steady_clock::time_point woke;
+  std::thread worker([&] {
+    ready = q.wait_for_work(seconds(5), milliseconds(10), SIZE_MAX);
+    woke = steady_clock::now();
+  });
+  std::this_thread::sleep_for(milliseconds(50));  // the worker is asleep by now
+  const auto pushed = steady_clock::now();
+  q.push(entry("async", 4));
+  worker.join();
+  const double waited = duration<double>(woke - pushed).count();
+  CHECK(ready, "the worker's wait ended without the batch being ready");
+  CHECK(waited < 2.5, "the worker slept %.2f s past a 10 ms window (its 5 s timeout)", waited);
+}
+
 void fresh_within_limits() {
   TensorQueue q;
   CHECK(!q.fresh_within(1 << 20), "nothing fresh, yet something to run");
@@ -73,6 +112,8 @@ void fresh_within_limits() {
 int main() {
   only_what_was_put_forward();
   blocking_submissions_do_not_wake();
+  a_flush_is_for_the_batch_there_is();
+  a_batch_ends_a_long_sleep_at_its_window();
   fresh_within_limits();
   return finish("tensor_queue");
 }
