@@ -161,7 +161,10 @@ int64_t Engine::enqueue(EnqueueArgs a) {
   e->handle->process_set = a.process_set;
   e->req.ready_at = Clock::now();
   auto h = e->handle;
-  w->queue().push(std::move(e), !a.caller_waits);
+  // A blocking call whose caller will run the round itself need not wake the set's
+  // thread; otherwise the wake-up now overlaps the rest of the caller's submission.
+  const bool quiet = a.caller_waits && w->may_help(tensor_bytes(e->req.shape, e->req.dtype), e->req.device);
+  w->queue().push(std::move(e), !quiet);
   return handles_.add(h);
 }
 

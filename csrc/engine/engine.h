@@ -23,7 +23,8 @@ struct EnqueueArgs {
   bool has_stream = false;
   void* stream = nullptr;
   // A blocking call: its caller waits for the handle at once, and that wait starts
-  // the work (Engine::wait), so the submission need not wake the set's thread.
+  // the work (Engine::wait), so where the caller may run the round itself
+  // (Worker::may_help) the submission need not wake the set's thread.
   bool caller_waits = false;
 };
 

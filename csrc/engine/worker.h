@@ -88,6 +88,12 @@ class Worker {
   // the caller's thread if the set's own thread is idle and the work is small host
   // work (worker.cc says when). True if it ran one.
   bool help();
+  // Whether a blocked caller of a host collective of `bytes` may run its round (help()):
+  // then its submission need not wake this set's thread.
+  bool may_help(size_t bytes, int device) const {
+    return caller_runs_bytes_ > 0 && device < 0 && bytes <= caller_runs_bytes_ &&
+           state_.process_gpu.load() < 0;
+  }
   const char* allreduce_algorithm() const { return allreduce_->name().c_str(); }
   void stop();
   // What this set's engine runs with, as name -> value (Engine::report()).
