@@ -215,15 +215,15 @@ def submit_allreduce(keep, finish, name, input, output, dtype, reduce_op, presca
 
 def blocking(submit_fn, *args, **kwargs):
     """A blocking collective: submit_fn(*args, **kwargs), then synchronize its handle.
-    The core is told that the caller waits at once, so the submission does not wake
-    the engine's thread: the caller runs the round itself where it can (the core's
-    Worker::help), or wakes the thread as it starts to wait."""
+    The core is told that the caller waits at once: where the caller can run the round
+    itself (the core's Worker::help) the submission does not wake the engine's thread,
+    and elsewhere the wait wakes it as before. (Nested: the outer call's flag stays.)"""
     call = _local
-    call.waits = True
+    outer, call.waits = call.waits, True
     try:
         h = submit_fn(*args, **kwargs)
     finally:
-        call.waits = False
+        call.waits = outer
     return synchronize(h)
 
 

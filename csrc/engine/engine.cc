@@ -176,22 +176,19 @@ std::shared_ptr<HandleState> Engine::handle(int64_t id) {
 
 bool Engine::wait(HandleState& h, std::chrono::nanoseconds limit) {
   if (h.poll()) return true;
+  // Every set's thread is told not to hold work back for batching: a blocked caller
+  // may be waiting on another set's work too (a join, a barrier after async calls).
+  // The handle's own set first lets the caller run the round itself where it can
+  // (Worker::help), and is flushed only if it cannot.
   std::shared_ptr<Worker> owner;
   {
     std::lock_guard<std::mutex> l(mu_);
-    auto it = workers_.find(h.process_set);
-    if (it != workers_.end()) owner = it->second;
+    for (auto& kv : workers_) {
+      if (kv.first == h.process_set) owner = kv.second;
+      else kv.second->queue().request_flush();
+    }
   }
-  // The caller runs the round itself where it can (Worker::help); otherwise the set's
-  // thread is told not to hold the work back for batching. So are the other sets'
-  // threads, as before there was help: a blocked caller may be waiting on their work
-  // too (a join, a barrier after async calls on another set).
-  const bool helped = owner && owner->help();
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    for (auto& kv : workers_)
-      if (!helped || kv.second != owner) kv.second->queue().request_flush();
-  }
+  if (owner && !owner->help()) owner->queue().request_flush();
   return h.wait(limit);
 }
 

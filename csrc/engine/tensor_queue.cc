@@ -116,9 +116,10 @@ bool TensorQueue::has_in_flight() {
   return !table_.empty();
 }
 
-bool TensorQueue::has_put_forward() {
+bool TensorQueue::wants_round(std::chrono::nanoseconds window, size_t bytes) {
   std::lock_guard<std::mutex> l(mu_);
-  return table_.size() > fresh_.size();  // every entry is fresh or put forward
+  // Every entry is fresh or put forward.
+  return table_.size() > fresh_.size() || ready_locked(Clock::now(), window, bytes);
 }
 
 std::vector<std::unique_ptr<TensorEntry>> TensorQueue::take_all() {

@@ -78,8 +78,10 @@ class TensorQueue {
   // it may use the pointer until it takes it), or null.
   const TensorEntry* find(const std::string& name);
   bool has_in_flight();
-  // Whether any entry has been put forward (take_fresh) and waits for its response.
-  bool has_put_forward();
+  // Whether a peer's round is worth joining now: an entry put forward (take_fresh)
+  // waits for its response there, or the fresh batch is ready by the batching rules
+  // (has_fresh_ready(): its window, its bytes, a flush, a shutdown).
+  bool wants_round(std::chrono::nanoseconds batch_window, size_t batch_bytes);
   // Names of every tensor submitted and not yet executed (sorted).
   std::vector<std::string> in_flight_names();
   std::vector<std::unique_ptr<TensorEntry>> take_all();

@@ -106,7 +106,7 @@ Worker::Worker(std::unique_ptr<Transport> t, EngineParams p, int id, EngineState
     controller_.set_riders(std::min<size_t>(rider_max, kPairExchangeMaxBytes),
                            [this](const Response& r) { return rider_for(r); });
   // Callers run their own small rounds (help()) where the whole set shares this host:
-  // a lone 4 KiB allreduce on 2 ranks went from 11.0-11.3 to 9.3-9.8 us. Across hosts
+  // a lone 4 KiB allreduce on 2 ranks went from 10.6-11.1 to 9.1-9.5 us. Across hosts
   // it measured slower (mean per call, 2x1 hosts 36.5-36.8 -> 43-47 us, 3x1 95-127 ->
   // 131-205 us), so there the set's thread keeps them unless asked: the same on every
   // rank (same hosts), though nothing needs it to be.
@@ -188,20 +188,11 @@ bool Worker::wait_for_round(std::unique_lock<std::timed_mutex>& turn) {
   if (doorbell_) return sleep_until_round(turn);
   const nanoseconds window = cycle();
   auto poll = nanoseconds(microseconds(5));
-  // Right after a round the next request or ring usually follows within microseconds
-  // (training loops, synchronous calls): look without sleeping for a short while.
-  // Not after a caller's round (help()): that caller is about to come back with its
-  // next call, and this thread's looks would hold the turn it then asks for.
-  const auto spin_until = Clock::now() + (caller_ran_last_ ? microseconds(0) : microseconds(30));
+  const auto spin_until = Clock::now() + spin_after_round();
   // Only a round changes the controller's deadlines (stall checks, readiness reports).
   const auto deadline = controller_.next_deadline();
-  // A peer's ring while nothing here waits for the peers (no tensor put forward): a
-  // round now could only run nothing of this rank's, or the first few of a batch its
-  // caller is still submitting, and the rest would then need a round of their own.
-  // So such a rank joins once its caller's batch is ready (the batching window or a
-  // flush, as for a round of its own; a blocked caller runs it itself: help()), or
-  // after look_every() at most. A rank with work put forward joins at once: the round
-  // may be what that work waits for.
+  // A peer's ring: joined when the queue wants a round (TensorQueue::wants_round) or
+  // after look_every() at most (the rule is sleep_until_round()'s, which says why).
   auto ring_seen = Clock::time_point::max();
   uint64_t rung = 0;  // the highest round rung so far (poll_ring() hands each ring once)
   auto joins = [&](uint64_t polled) {
@@ -209,8 +200,7 @@ bool Worker::wait_for_round(std::unique_lock<std::timed_mutex>& turn) {
     if (rung < round_) return false;
     const auto now = Clock::now();
     if (ring_seen == Clock::time_point::max()) ring_seen = now;
-    return queue_.has_put_forward() || queue_.shutdown_requested() ||
-           queue_.has_fresh_ready(window, params_.fusion_threshold) || now - ring_seen >= look_every();
+    return queue_.wants_round(window, params_.fusion_threshold) || now - ring_seen >= look_every();
   };
   for (;;) {
     // A rank waiting here may be waiting for a peer that will never come: a failure
@@ -267,15 +257,17 @@ nanoseconds Worker::look_every() const {
 bool Worker::sleep_until_round(std::unique_lock<std::timed_mutex>& turn) {
   const auto kLookEvery = look_every();
   const nanoseconds window = cycle();
-  const auto spin_until =  // as in wait_for_round()
-      Clock::now() + (caller_ran_last_ ? microseconds(0) : microseconds(30));
+  const auto spin_until = Clock::now() + spin_after_round();
   const auto deadline = controller_.next_deadline();
   auto looked = Clock::now() - kLookEvery;  // look once per round at least
-  // A peer's ring while this rank has nothing in flight: the round could only run
-  // nothing here (every collective needs this rank's submission), and waking for it
-  // takes the core from this rank's caller, who is about to submit. So an idle rank
-  // joins when its caller submits (the push wakes it) or after look_every at most,
-  // as the polling loop does; sleeping meanwhile, it asks not to be woken by rings.
+  // A peer's ring while nothing here waits for the peers (no tensor put forward): a
+  // round now could only run nothing of this rank's, or the first few of a batch its
+  // caller is still submitting, and the rest would then need a round of their own;
+  // waking for it takes the core from the caller. So such a rank joins once its
+  // caller's batch is ready (the batching window or a flush, as for a round of its
+  // own; a blocked caller runs it itself: help()), or after look_every at most; a rank
+  // with work put forward joins at once: the round may be what that work waits for
+  // (TensorQueue::wants_round). Sleeping meanwhile, it asks not to be woken by rings.
   auto ring_seen = Clock::time_point::max();
   for (;;) {
     const uint32_t ticket = doorbell_->ticket();
@@ -283,8 +275,7 @@ bool Worker::sleep_until_round(std::unique_lock<std::timed_mutex>& turn) {
     auto now = Clock::now();
     if (rung) {
       if (ring_seen == Clock::time_point::max()) ring_seen = now;
-      if (queue_.has_in_flight() || queue_.shutdown_requested() ||
-          now - ring_seen >= kLookEvery) {
+      if (queue_.wants_round(window, params_.fusion_threshold) || now - ring_seen >= kLookEvery) {
         stats_.ring_wakes++;
         stats_.ring_to_round_ns += duration_cast<nanoseconds>(now - doorbell_->rung_at()).count();
         return true;
@@ -393,9 +384,7 @@ void Worker::run_round() {
 // would keep the caller from its signal handlers), nor more than once per fresh
 // batch: a round that found the tensor not ready everywhere leaves it to the thread.
 bool Worker::help() {
-  if (caller_runs_bytes_ == 0 || state_.process_gpu.load() >= 0 ||
-      !queue_.fresh_within(caller_runs_bytes_))
-    return false;
+  if (!callers_run() || !queue_.fresh_within(caller_runs_bytes_)) return false;
   // The set's thread gives the turn up at its next yield or sleep (take_turn) unless
   // it is in a round, which may take this caller's work with it: then, after
   // kHelpWait, the usual way (the work is flushed to the thread).

@@ -91,8 +91,7 @@ class Worker {
   // Whether a blocked caller of a host collective of `bytes` may run its round (help()):
   // then its submission need not wake this set's thread.
   bool may_help(size_t bytes, int device) const {
-    return caller_runs_bytes_ > 0 && device < 0 && bytes <= caller_runs_bytes_ &&
-           state_.process_gpu.load() < 0;
+    return callers_run() && device < 0 && bytes <= caller_runs_bytes_;
   }
   const char* allreduce_algorithm() const { return allreduce_->name().c_str(); }
   void stop();
@@ -112,6 +111,16 @@ class Worker {
   template <class Fn>
   void guarded(Fn fn);
   void run_round();  // negotiate, execute, complete (the turn held)
+  // Whether callers run rounds at all: a limit set, and no GPU in this process (a CUDA
+  // device is current per thread).
+  bool callers_run() const { return caller_runs_bytes_ > 0 && state_.process_gpu.load() < 0; }
+  // How long a wait looks without sleeping after a round: right after one the next
+  // request or ring usually follows within microseconds (training loops, synchronous
+  // calls). Not after a caller's round (help()): that caller is about to come back
+  // with its next call, and this thread's looks would hold the turn it then asks for.
+  std::chrono::microseconds spin_after_round() const {
+    return caller_ran_last_ ? std::chrono::microseconds(0) : std::chrono::microseconds(30);
+  }
   // How often an idle engine looks at the transport (a peer's failure, a collective
   // it gave up) and beats: 10 times a second, or 10 times per peer timeout if shorter.
   std::chrono::nanoseconds look_every() const;
@@ -147,8 +156,8 @@ class Worker {
   std::chrono::microseconds ring_hold_{0};  // how long a ring waits for the vote (0: not)
   WorkerStats stats_;
   std::timed_mutex turn_;
-  std::atomic<int> wanted_{0};
-  bool caller_ran_last_ = false;  // the last round was a caller's (the turn held)  // callers in help() waiting for the turn
+  std::atomic<int> wanted_{0};    // callers in help() waiting for the turn
+  bool caller_ran_last_ = false;  // the last round was a caller's (the turn held)
   static constexpr std::chrono::microseconds kHelpWait{200};
   static constexpr long long kAutoCallerRunsBytes = 64 << 10;  // CALLER_RUNS_BYTES's auto
   size_t caller_runs_bytes_ = 0;  // help()'s limit (CALLER_RUNS_BYTES; 0: never)
