@@ -170,11 +170,19 @@ def fake_gpu_package(tmp_path_factory):
     shutil.copytree(ROOT / "horovodlite", pkg, ignore=shutil.ignore_patterns("*.so", "__pycache__"))
     build = tmp / "build"
     build.mkdir()
+    # Linked with a static libstdc++ where the toolchain has one, as the GPU machines'
+    # image does: the job's messages (ostreams) then show that its symbols stay private
+    # to _core instead of mixing with the libstdc++.so that ml_dtypes loaded first.
+    env = dict(os.environ)
+    static = subprocess.run(["c++", "-print-file-name=libstdc++.a"], capture_output=True,
+                            text=True).stdout.strip() if shutil.which("c++") else ""
+    if os.path.isabs(static):
+        env["LDFLAGS"] = (env.get("LDFLAGS", "") + " -static-libstdc++").strip()
     subprocess.run([cmake, str(ROOT), f"-DCMAKE_LIBRARY_OUTPUT_DIRECTORY={pkg}",
                     f"-DPython_EXECUTABLE={sys.executable}", f"-Dpybind11_DIR={pybind11.get_cmake_dir()}",
                     f"-DMPI_INCLUDE_DIR={inc}", f"-DMPI_LIBRARY={lib}", "-DCMAKE_BUILD_TYPE=Release",
                     f"-DHOROVODLITE_FAKE_CUDA_RUNTIME={ROOT / 'tests/cpp/fake_cuda_runtime.cc'}"],
-                   cwd=build, check=True, capture_output=True, timeout=300)
+                   cwd=build, check=True, capture_output=True, timeout=300, env=env)
     subprocess.run([cmake, "--build", ".", "-j", str(os.cpu_count() or 2)], cwd=build, check=True,
                    capture_output=True, timeout=1200)
     return tmp / "pkg"

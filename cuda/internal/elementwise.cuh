@@ -53,10 +53,30 @@ template <typename T> __device__ __forceinline__ T load_elem(const unsigned char
   return v;
 }
 
+// A misaligned element is stored byte by byte from a 32/64-bit integer that the empty
+// asm pins in a full register. Stored straight from the 16-bit register a float16
+// conversion wrote, sm_90 code (nvcc 13.0) wrote 0 or junk as the low byte: the PTX was
+// right, the machine code not (tests/gpu/kernel_check.cu on an H200, every float16
+// case at an odd byte offset).
 template <typename T> __device__ __forceinline__ void store_elem(unsigned char* p, T v,
                                                                  bool aligned) {
-  if (aligned) *reinterpret_cast<T*>(p) = v;
-  else memcpy(p, &v, sizeof(T));
+  if (aligned) {
+    *reinterpret_cast<T*>(p) = v;
+    return;
+  }
+  if constexpr (sizeof(T) <= 4) {
+    unsigned u = 0;
+    memcpy(&u, &v, sizeof(T));  // little-endian: the element's bytes at the bottom
+    asm("" : "+r"(u));
+#pragma unroll
+    for (size_t k = 0; k < sizeof(T); ++k) p[k] = static_cast<unsigned char>(u >> (8 * k));
+  } else {
+    unsigned long long u = 0;
+    memcpy(&u, &v, sizeof(T));
+    asm("" : "+l"(u));
+#pragma unroll
+    for (size_t k = 0; k < sizeof(T); ++k) p[k] = static_cast<unsigned char>(u >> (8 * k));
+  }
 }
 
 // dst[i] = f(dst[i], src[i]) for i < n, by the threads tid, tid + stride, ... Callers
