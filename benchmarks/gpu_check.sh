@@ -2,8 +2,9 @@
 # The whole GPU check in one go, sized for under 5 minutes on an H200 machine that
 # starts bare: install what is missing, build with CUDA, run the GPU tests, build and
 # run the standalone kernel check (correctness + bandwidth), then the kernel bandwidth
-# table (ours vs cupy `a += b` vs device-to-device copy) and GPU allreduce busbw at
-# N = 1 and 2. Every step's output also goes to $OUT/ when OUT is set.
+# table (ours vs cupy `a += b` vs device-to-device copy), GPU allreduce busbw at
+# N = 1 and 2, and where one rank's call spends its time (gpu_latency.py). Every step's
+# output also goes to $OUT/ when OUT is set (8 files: what the device tool brings back).
 #
 #   bash benchmarks/gpu_check.sh                 # on the GPU machine, from anywhere
 #   bash benchmarks/gpu_check.sh --fetch-wheels  # on a networked machine first, if the
@@ -117,6 +118,9 @@ for np_ in 1 2; do
   cat "$LOGDIR/gpu_allreduce_np$np_.txt" >> "$LOGDIR/gpu_allreduce_all.txt"
 done
 rm -f "$LOGDIR"/gpu_allreduce_np*.txt  # one file back: $OUT keeps at most 8
+
+step "GPU allreduce latency: back to back, after idle gaps, async tensors"
+run gpu_latency 180 "$MPIRUN" --oversubscribe --bind-to none -np 1 "$PY" benchmarks/gpu_latency.py
 
 step "done: status $STATUS (logs in $LOGDIR)"
 exit "$STATUS"

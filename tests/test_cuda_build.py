@@ -290,5 +290,6 @@ def test_describe_torch_cpu_tensor_is_rejected():
 def test_gpu_scripts_are_well_formed():
     """benchmarks/gpu_check.sh is run only on a GPU machine: keep it parseable here."""
     assert subprocess.run(["bash", "-n", str(ROOT / "benchmarks" / "gpu_check.sh")]).returncode == 0
-    for py in ["benchmarks/gpu_allreduce.py", "benchmarks/gpu_kernels.py", "tests/test_gpu.py"]:
+    for py in ["benchmarks/gpu_allreduce.py", "benchmarks/gpu_kernels.py",
+               "benchmarks/gpu_latency.py", "tests/test_gpu.py"]:
         subprocess.run([sys.executable, "-m", "py_compile", str(ROOT / py)], check=True)

@@ -47,12 +47,18 @@ hvd.init()
 r = hvd.rank()
 victim = hvd.size() - 1
 result = {"rank": r, "pid": os.getpid()}
+# A survivor still without a report 12 s in is stuck (they report within a few
+# seconds): its threads' Python stacks then go into the job's output, which a failed
+# check prints (seen once in CI: a host-mate of the frozen rank's peer never reported).
+import faulthandler
+faulthandler.dump_traceback_later(12, exit=False)
 
 def save():
     path = os.path.join(out_dir, f"rank{r}.json")
     with open(path + ".tmp", "w") as f:
         json.dump(result, f)
     os.replace(path + ".tmp", path)  # whole or not at all: mpirun may end us any time
+    faulthandler.cancel_dump_traceback_later()
 
 hvd.allreduce(np.ones(4), name="warm")  # everyone is up
 if mode in ("kill", "stop") and r == victim:
