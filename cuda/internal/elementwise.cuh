@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include "check.h"
 #include "launch.h"
 
@@ -64,19 +65,13 @@ template <typename T> __device__ __forceinline__ void store_elem(unsigned char* 
     *reinterpret_cast<T*>(p) = v;
     return;
   }
-  if constexpr (sizeof(T) <= 4) {
-    unsigned u = 0;
-    memcpy(&u, &v, sizeof(T));  // little-endian: the element's bytes at the bottom
-    asm("" : "+r"(u));
+  using U = std::conditional_t<sizeof(T) <= 4, unsigned, unsigned long long>;
+  U u = 0;
+  memcpy(&u, &v, sizeof(T));  // little-endian: the element's bytes at the bottom
+  if constexpr (sizeof(U) == 4) asm("" : "+r"(u));
+  else asm("" : "+l"(u));
 #pragma unroll
-    for (size_t k = 0; k < sizeof(T); ++k) p[k] = static_cast<unsigned char>(u >> (8 * k));
-  } else {
-    unsigned long long u = 0;
-    memcpy(&u, &v, sizeof(T));
-    asm("" : "+l"(u));
-#pragma unroll
-    for (size_t k = 0; k < sizeof(T); ++k) p[k] = static_cast<unsigned char>(u >> (8 * k));
-  }
+  for (size_t k = 0; k < sizeof(T); ++k) p[k] = static_cast<unsigned char>(u >> (8 * k));
 }
 
 // dst[i] = f(dst[i], src[i]) for i < n, by the threads tid, tid + stride, ... Callers
