@@ -213,6 +213,22 @@ def submit_allreduce(keep, finish, name, input, output, dtype, reduce_op, presca
     return h
 
 
+def allreduce_now(src, dst, name, dtype, reduce_op, prescale, postscale, process_set):
+    """submit_allreduce's blocking sibling, for host arrays: submits as a caller that
+    waits, and waits, in one call into the core (no handle to track). A signal's
+    exception (Ctrl-C) while waiting leaves the collective to the peers, which still
+    run it: its arrays then stay alive until it is done, as an orphan's."""
+    if _orphans:
+        _reap_orphans()
+    try:
+        _core.allreduce_now(name, src, dst, dtype, reduce_op, prescale, postscale, process_set)
+    except BaseException:
+        h = _core.take_interrupted()
+        if h >= 0:
+            _orphans.append((h, (src, dst)))
+        raise
+
+
 def blocking(submit_fn, *args, **kwargs):
     """A blocking collective: submit_fn(*args, **kwargs), then synchronize its handle.
     The core is told that the caller waits at once: where the caller can run the round

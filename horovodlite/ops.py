@@ -8,7 +8,8 @@ from ._loader import _core
 from . import dtypes
 from .basics import Adasum, Average, Sum, _topology
 from .compression import Compression
-from .handles import auto_name, blocking, collective, expect_group, poll, submit, submit_allreduce, synchronize, track
+from .handles import (allreduce_now, auto_name, blocking, collective, expect_group, poll, submit,
+                      submit_allreduce, synchronize, track)
 from .process_sets import _set_id, global_process_set
 from .shared_arrays import shared_empty
 
@@ -114,25 +115,42 @@ def predivide_scales(op, factor):
     return 1.0 / factor, factor
 
 
-@collective(ALLREDUCE, "allreduce")
-def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
-                    postscale_factor=1.0, process_set=global_process_set):
+def _allreduce_arrays(tensor, average, name, op, process_set, in_place):
+    """(input, output, name, op code) of one allreduce call: what the async and the
+    blocking calls share."""
     _topology()
     name = auto_name("allreduce", name, process_set)
     op = resolve_op(op, average)
+    if in_place:
+        t = _writable_contiguous(tensor, "allreduce_ (in place)")
+        return t, t, name, op
     src = np.asarray(tensor, order="C")  # keeps 0-d (ascontiguousarray makes it 1-d)
-    return _allreduce_submit(src, _empty_like(src), name, op, prescale_factor, postscale_factor,
-                             process_set)
+    return src, _empty_like(src), name, op
+
+
+@collective(ALLREDUCE, "allreduce")
+def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+                    postscale_factor=1.0, process_set=global_process_set):
+    src, dst, name, op = _allreduce_arrays(tensor, average, name, op, process_set, False)
+    return _allreduce_submit(src, dst, name, op, prescale_factor, postscale_factor, process_set)
 
 
 @collective(ALLREDUCE, "allreduce")
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                      postscale_factor=1.0, process_set=global_process_set):
-    _topology()
-    name = auto_name("allreduce", name, process_set)
-    op = resolve_op(op, average)
-    t = _writable_contiguous(tensor, "allreduce_ (in place)")
+    t, _, name, op = _allreduce_arrays(tensor, average, name, op, process_set, True)
     return _allreduce_submit(t, t, name, op, prescale_factor, postscale_factor, process_set)
+
+
+@collective(ALLREDUCE, "allreduce")
+def _allreduce_blocking(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+                        postscale_factor=1.0, process_set=global_process_set, in_place=False):
+    # allreduce / allreduce_ without a handle: one call into the core submits and waits.
+    src, dst, name, op = _allreduce_arrays(tensor, average, name, op, process_set, in_place)
+    code = dtypes.code_of(src.dtype, reducible=True, what="allreduce")
+    allreduce_now(src, dst, name, code, op, float(prescale_factor), float(postscale_factor),
+                  _set_id(process_set))
+    return dst
 
 
 def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None,
@@ -140,17 +158,17 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
     """Reduces `tensor` over all ranks of the set; returns a new array (op defaults to Average)."""
     if not _no_compression(compression):
         tensor, ctx = compression.compress(tensor)
-        out = blocking(allreduce_async, tensor, average, name, op, prescale_factor,
-                                        postscale_factor, process_set)
+        out = _allreduce_blocking(tensor, average, name, op, prescale_factor, postscale_factor,
+                                  process_set)
         return compression.decompress(out, ctx)
-    return blocking(allreduce_async, tensor, average, name, op, prescale_factor,
-                                     postscale_factor, process_set)
+    return _allreduce_blocking(tensor, average, name, op, prescale_factor, postscale_factor,
+                               process_set)
 
 
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                postscale_factor=1.0, process_set=global_process_set):
-    return blocking(allreduce_async_, tensor, average, name, op, prescale_factor,
-                                      postscale_factor, process_set)
+    return _allreduce_blocking(tensor, average, name, op, prescale_factor, postscale_factor,
+                               process_set, True)
 
 
 class _GroupHandle:

@@ -124,10 +124,15 @@ def test_pooled_outputs_stay_valid_and_are_reused():
 RIDERS = {"HOROVODLITE_VOTE_RIDER_BYTES": "1048576"}  # every case below the pair limit rides
 
 
-# Unset, two ranks of one host take no riders (auto: only across hosts, where
-# test_multihost.py covers them).
-@pytest.mark.parametrize("env,rides", [(RIDERS, True), ({}, False),
-                                       ({"HOROVODLITE_VOTE_RIDER_BYTES": "0"}, False)])
+# Unset, two ranks of one host vote through shared memory and a lone small cached
+# allreduce rides with it; voting over MPI on one host they take riders only when asked
+# (across hosts test_multihost.py covers them).
+NO_SHM_VOTE = {"HOROVODLITE_SHM_NEGOTIATION": "0"}
+
+
+@pytest.mark.parametrize("env,rides", [(RIDERS, True), ({}, True),
+                                       ({"HOROVODLITE_VOTE_RIDER_BYTES": "0"}, False),
+                                       (NO_SHM_VOTE, False), ({**NO_SHM_VOTE, **RIDERS}, True)])
 def test_cached_allreduces_riding_with_the_vote_on_two_ranks(env, rides):
     """Repeated (cached) allreduces on two ranks, whose data rides with the vote where
     riders are on: every result bitwise equal to numpy's and on both ranks."""
@@ -183,9 +188,47 @@ def test_blocking_calls_run_their_round_on_the_callers_thread(limit):
             assert got["caller_rounds"] > got["rounds"] // 4, (key, got["caller_rounds"], got["rounds"])
 
 
-def test_riders_on_three_ranks_in_the_whole_set_and_a_pair():
-    """Riders forced on, three ranks: the global set (three: every rank's input goes to
-    both others with the vote) and the set of ranks 0 and 2 both take them; all results
-    are numpy's, bitwise equal across the set's ranks."""
-    for key, got in _repeated_in_whole_and_pair(RIDERS).items():
+@pytest.mark.parametrize("env", [RIDERS, {**NO_SHM_VOTE, **RIDERS}], ids=["shm-vote", "mpi-vote"])
+def test_riders_on_three_ranks_in_the_whole_set_and_a_pair(env):
+    """Riders forced on, three ranks: the global set (three: every rank's input reaches
+    both others with the vote) and the set of ranks 0 and 2 both take them, through the
+    shared-memory vote and through MPI; all results are numpy's, bitwise equal across
+    the set's ranks."""
+    for key, got in _repeated_in_whole_and_pair(env).items():
         assert got["rider_groups"] > 0, f"{key}: no allreduce rode with the vote"
+
+
+def test_riders_fold_as_the_shared_memory_window_does():
+    """A rider that came through the shared-memory vote is reduced block by block in the
+    order the window reduces (block b from rank b on), so its bits do not depend on
+    whether it rode: on three ranks, with inputs whose float sums round differently in
+    another order, every result is bitwise the same with riders (the default) and
+    without (the window), and on every rank."""
+    body = PRELUDE.format(tests=_tests_dir()) + textwrap.dedent("""
+    import numpy as np
+    def main(hvd):
+        from horovodlite._loader import _core
+        r, out = hvd.rank(), {}
+        before = _core.stats(0)["rider_groups"]
+        for dt in ("float16", "bfloat16", "float32", "float64"):
+            for count in (1, 7, 1031, 3 * 1031 + 1):
+                for op in ("Sum", "Average", "Min"):
+                    key = f"fold/{dt}/{count}/{op}"
+                    for rep in range(2):  # the second call is cached: it may ride
+                        rng = np.random.default_rng([count, rep, r])
+                        x = (rng.standard_normal(count) * 10.0 ** (2 * r)).astype(C.dtype_of(dt))
+                        got = hvd.allreduce(x, op=getattr(hvd, op), name=key)
+                        y = x.copy()
+                        hvd.allreduce_(y, op=getattr(hvd, op), name=key + "/in")
+                        out[f"{key}#{rep}"] = C.digest(got) + C.digest(y)
+        return {"digests": out, "riders": _core.stats(0)["rider_groups"] - before}
+    """)
+    with_riders = run(3, body, timeout=300)
+    without = run(3, body, env={"HOROVODLITE_VOTE_RIDER_BYTES": "0"}, timeout=300)
+    for rank in range(3):
+        assert with_riders[rank]["riders"] > 0, f"rank {rank}: nothing rode"
+        assert without[rank]["riders"] == 0, f"rank {rank}: rode with riders off"
+        for res in (with_riders, without):
+            assert res[rank]["digests"] == res[0]["digests"], f"rank {rank} differs from rank 0"
+    differ = [k for k, v in with_riders[0]["digests"].items() if without[0]["digests"][k] != v]
+    assert not differ, f"bits differ with riders and without in {differ[:10]}"

@@ -117,9 +117,10 @@ CASES = {
     "BROADCAST_CHAIN_BYTES": ("4096", lambda log: rep("broadcast_chain_from_bytes") == "4096"),
     "BROADCAST_SEGMENT_BYTES": ("8192", lambda log: rep("broadcast_chain_segment_bytes") == "8192"),
     "SHM": ("0", lambda log: _core.allreduce_algorithm(0) == "ring"),
-    # Unset, the vote goes through the transport ("transport").
-    "SHM_NEGOTIATION": ("1", lambda log: rep("negotiation") == "shm"),
-    # Unset, two ranks of one host take no riders (auto: only across hosts).
+    # Unset, two ranks of one host vote through shared memory ("shm"), with riders of
+    # 64 KiB; through MPI ("transport") they take none unless asked.
+    "SHM_NEGOTIATION": ("0", lambda log: rep("negotiation") == "transport"
+                        and rep("vote_rider_bytes") == "0"),
     "VOTE_RIDER_BYTES": ("4096", lambda log: rep("vote_rider_bytes") == "4096"),
     # Unset: 65536 on one host (two pretend hosts: 0, below).
     "CALLER_RUNS_BYTES": ("0", lambda log: rep("caller_runs_bytes") == "0"),

@@ -52,24 +52,24 @@ bool pair_allreduce_host(Transport& t, const Reducer& red, Buffer& scratch, cons
   t.irecv(peer, theirs, bytes);
   t.isend(peer, in, bytes);
   t.wait_all();
-  void* const inputs[2] = {theirs, theirs};  // the peer's; ours is `in`
-  combine_in_rank_order(red, t.rank(), 2, in, inputs, out, count, dt, op, postscale);
+  const void* const inputs[2] = {theirs, theirs};  // the peer's; ours is `in`
+  combine_in_rank_order(red, t.rank(), 2, in, inputs, theirs, out, count, dt, op, postscale);
   return true;
 }
 
 void combine_in_rank_order(const Reducer& red, int rank, int n, const void* in,
-                           void* const* theirs, void* out, size_t count, DataType dt, ReduceOp op,
-                           double postscale) {
+                           const void* const* theirs, void* acc, void* out, size_t count,
+                           DataType dt, ReduceOp op, double postscale) {
   const size_t bytes = count * dtype_size(dt);
   if (rank == 0) {
     if (in != out) std::memcpy(out, in, bytes);
     for (int p = 1; p < n; ++p) red.reduce(out, theirs[p], count, dt, op);
   } else {
-    // Folded into rank 0's copy, which we may overwrite; `in` may be `out`, so the
-    // result goes there last.
-    void* acc = theirs[0];
+    // Rank 0's input first; `in` may be `out`, so then the result goes there last.
+    if (acc == in) throw std::logic_error("combine_in_rank_order: acc is the input");
+    if (acc != theirs[0]) std::memcpy(acc, theirs[0], bytes);
     for (int p = 1; p < n; ++p) red.reduce(acc, p == rank ? in : theirs[p], count, dt, op);
-    std::memcpy(out, acc, bytes);
+    if (acc != out) std::memcpy(out, acc, bytes);
   }
   red.scale(out, count, dt, postscale);
 }

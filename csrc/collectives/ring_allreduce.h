@@ -55,13 +55,14 @@ bool pair_allreduce_host(Transport& t, const Reducer& red, Buffer& scratch, cons
 // What a one-exchange allreduce does once every peer's input is here: out = (rank 0's
 // input op rank 1's op ... op rank n-1's) * postscale, folded in rank order, so that
 // every rank gets the same bits also where the order matters (MIN/MAX with NaNs).
-// theirs[p] is rank p's input, in the caller's buffers, which it may overwrite;
-// theirs[rank] is not read (this rank's input is `in`, which may equal out). Used by
-// pair_allreduce_host and by a caller that got the inputs another way
-// (engine/controller.h: riders).
+// theirs[p] is rank p's input, only read; theirs[rank] is not read (this rank's input
+// is `in`, which may equal out). Ranks other than 0 fold in `acc`, room for `count`
+// elements: theirs[0] itself where the caller lets it be overwritten, `out` where it is
+// not `in`, else scratch. Used by pair_allreduce_host and by a caller that got the
+// inputs another way (engine/controller.h: riders).
 void combine_in_rank_order(const Reducer& red, int rank, int n, const void* in,
-                           void* const* theirs, void* out, size_t count, DataType dt, ReduceOp op,
-                           double postscale);
+                           const void* const* theirs, void* acc, void* out, size_t count,
+                           DataType dt, ReduceOp op, double postscale);
 
 // `a` over every rank of `t`, `scratch` the caller's persistent receive buffer. In
 // place (in == out) or out of place without a prescale: the input is then only read,

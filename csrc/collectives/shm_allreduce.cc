@@ -29,6 +29,7 @@
 #include "shm_allreduce.h"
 
 #include <algorithm>
+#include <cstring>
 #include <stdexcept>
 
 #include "../reduce/copy.h"
@@ -36,6 +37,27 @@
 #include "partition.h"
 
 namespace hvdl {
+
+void combine_in_window_blocks(const Reducer& red, int rank, int n, const void* in,
+                              const void* const* theirs, void* scratch, void* out,
+                              size_t count, DataType dt, ReduceOp op, double postscale) {
+  const size_t es = dtype_size(dt);
+  auto input = [&](int p, size_t off) {
+    return static_cast<const char*>(p == rank ? in : theirs[p]) + off * es;
+  };
+  for (int b = 0; b < n; ++b) {
+    const size_t off = block_offset(count, n, b), len = block_count(count, n, b);
+    if (!len) continue;
+    char* dst = static_cast<char*>(out) + off * es;
+    // In place, `in`'s block b is read by the fold below: fold elsewhere unless it
+    // is the start (b == rank).
+    char* acc = in == out && b != rank ? static_cast<char*>(scratch) : dst;
+    if (acc != input(b, off)) std::memcpy(acc, input(b, off), len * es);
+    for (int q = 1; q < n; ++q) red.reduce(acc, input((b + q) % n, off), len, dt, op);
+    red.scale(acc, len, dt, postscale);
+    if (acc != dst) std::memcpy(dst, acc, len * es);
+  }
+}
 
 static size_t piece_bytes_for(const ShmOptions& o, int ranks) {
   // 64-byte pieces keep every piece of every dtype on its own cache lines.

@@ -44,6 +44,16 @@ struct ShmOptions {
 };
 
 
+// What ShmCollectives::allreduce computes, from every rank's input already at hand
+// (engine/controller.h: riders): block b of the output (partition.h) is rank b's input
+// op rank b+1's op ... op rank b-1's, times postscale - the order in which rank b
+// reduces it in the window, so the bits are the window's. theirs[p] (p != rank) is
+// rank p's input, only read; `in` is this rank's and may equal `out`; `scratch` has
+// room for block 0 (the largest), used when it does. No prescale.
+void combine_in_window_blocks(const Reducer& red, int rank, int n, const void* in,
+                              const void* const* theirs, void* scratch, void* out,
+                              size_t count, DataType dt, ReduceOp op, double postscale);
+
 class ShmCollectives {
  public:
   // Window data each rank needs for `ranks` ranks with these options.

@@ -28,16 +28,15 @@ enum class SettingType { INT, REAL, BOOL, STRING };
     "how the engine waits for work and for peers: poll (polls the transport), auto (sleeps " \
     "on a shared-memory futex where all ranks of a set share a host: a tenth of the CPU, "   \
     "but training measured slower with it, so it is not the default yet)")                   \
-  X(SHM_NEGOTIATION, BOOL, "0", false,                                                       \
-    "1: ranks of a set on one host vote in each negotiation round through shared memory "   \
-    "instead of an MPI allreduce (a cached tensor's round costs a few memory accesses); "    \
-    "opt-in: some launches (either WAKEUP) ran a lone 4 KiB allreduce at ~210 us, not ~9")   \
+  X(SHM_NEGOTIATION, BOOL, "1", false,                                                       \
+    "ranks of a set on one host vote in each negotiation round through shared memory "      \
+    "instead of an MPI allreduce (a cached tensor's round costs a few memory accesses, and " \
+    "a lone small allreduce rides with it: VOTE_RIDER_BYTES); 0: through MPI")              \
   X(VOTE_RIDER_BYTES, INT, "auto", false,                                                    \
-    "a set of 2-8 ranks that votes over MPI sends a lone cached host allreduce of at most "  \
-    "this many bytes with its negotiation vote, so the call takes one exchange instead of "  \
-    "two (0 = off: the vote is an MPI allreduce and the data goes its own way; auto, where " \
-    "the ranks are on several hosts: 65536 for two ranks, 32768 / (ranks - 1) for more; "  \
-    "0 where they share one)")                                                             \
+    "a lone cached host allreduce of at most this many bytes travels with the negotiation " \
+    "vote, so the call takes one exchange instead of two (0 = off). Through the shared-"     \
+    "memory vote (SHM_NEGOTIATION) and over MPI across hosts (2-8 ranks), auto is 65536 "    \
+    "for two ranks and 32768 / (ranks - 1) for more; over MPI on one host auto is 0")       \
   X(CALLER_RUNS_BYTES, INT, "auto", false,                                                   \
     "a caller blocked on a collective of host memory with at most this many fresh bytes "   \
     "queued runs the negotiation round and the collective on its own thread while the "    \

@@ -75,8 +75,7 @@ RoundResult Controller::round(std::vector<Request> fresh, bool want_shutdown, Ti
   for (uint32_t b : invalidate_) vote[1 + words_ + b / 64] &= ~(uint64_t(1) << (b % 64));
   invalidate_.clear();
   int64_t rider_bit = -1;
-  if (vote_) vote_(vote.data(), vote.size());
-  else if (rider_for_) rider_bit = vote_with_rider(vote);
+  if (exchange_) rider_bit = exchange_vote(vote);
   else t_.allreduce_and(vote.data(), vote.size());
   res.shutdown = !(vote[0] & kNoShutdown);
   bool do_gather = !(vote[0] & kNothingToSend);
@@ -174,48 +173,40 @@ RoundResult Controller::round(std::vector<Request> fresh, bool want_shutdown, Ti
   return res;
 }
 
-void Controller::set_riders(size_t max_bytes, RiderFor f) {
-  if (t_.size() < 2 || t_.size() > kMaxRiderRanks || vote_ || max_bytes == 0 || !f) return;
-  rider_max_ = max_bytes;
-  rider_for_ = std::move(f);
-  // The messages' buffers, and where each peer's rider lands in them, are fixed from
-  // here on: the rounds allocate nothing.
-  const int n = t_.size();
-  const size_t stride = rider_stride();
-  rider_out_.resize(stride);
-  rider_in_.resize(n * stride);
-  rider_lens_.assign(n, 0);
-  peer_inputs_.assign(n, nullptr);
-  for (int p = 0; p < n; ++p)
-    if (p != t_.rank()) peer_inputs_[p] = rider_in_.data() + p * stride + rider_head();
+void Controller::set_vote(std::unique_ptr<VoteExchange> x, size_t rider_max, RiderFor rider_for) {
+  exchange_ = std::move(x);
+  rider_for_ = exchange_ && rider_max > 0 ? std::move(rider_for) : RiderFor{};
+  rider_max_ = rider_for_ ? rider_max : 0;
+  if (exchange_ && exchange_->capacity() < message_bytes(rider_max_))
+    throw std::logic_error("horovodlite: the vote's exchange is smaller than its messages");
+  peer_inputs_.assign(t_.size(), nullptr);
 }
 
-// Each message: [vote words][cache bit + 1, or 0: no rider][rider bytes][rider]. Rank
-// p's lands at rider_in_ + p * rider_stride().
-int64_t Controller::vote_with_rider(std::vector<uint64_t>& vote) {
+// Each message: [vote words][cache bit + 1, or 0: no rider][rider bytes][rider].
+int64_t Controller::exchange_vote(std::vector<uint64_t>& vote) {
   const size_t vote_bytes = vote.size() * sizeof(uint64_t), head = rider_head();
-  const size_t stride = rider_stride();
   const int n = t_.size(), me = t_.rank();
   uint64_t mine[2] = {0, 0};
   Rider r;
   // Only a lone cached tensor rides: with more, the round runs more than one response.
-  if (pending_cached_.size() == 1 && unsent_.empty()) {
+  if (rider_for_ && pending_cached_.size() == 1 && unsent_.empty()) {
     const uint32_t bit = pending_cached_.begin()->first;
     r = rider_for_(cache_.response(bit));
     if (r.data && r.bytes <= rider_max_) mine[0] = uint64_t(bit) + 1, mine[1] = r.bytes;
   }
-  const size_t out_bytes = head + (mine[0] ? r.bytes : 0);
-  std::memcpy(rider_out_.data(), vote.data(), vote_bytes);
-  std::memcpy(rider_out_.data() + vote_bytes, mine, sizeof mine);
-  if (mine[0]) std::memcpy(rider_out_.data() + head, r.data, r.bytes);
-  t_.exchange_all(rider_out_.data(), out_bytes, rider_in_.data(), stride, rider_lens_.data());
+  char* out = exchange_->outbox();
+  std::memcpy(out, vote.data(), vote_bytes);
+  std::memcpy(out + vote_bytes, mine, sizeof mine);
+  if (mine[0]) std::memcpy(out + head, r.data, r.bytes);
+  exchange_->exchange(head + (mine[0] ? r.bytes : 0));
   bool same = mine[0] != 0;
   for (int p = 0; p < n; ++p) {
     if (p == me) continue;
-    const char* msg = rider_in_.data() + p * stride;
-    if (rider_lens_[p] < head)
+    const char* msg = exchange_->inbox(p);
+    const size_t len = exchange_->length(p);
+    if (len < head)
       throw std::runtime_error("horovodlite: the negotiation message from rank " + std::to_string(p) +
-                               " has " + std::to_string(rider_lens_[p]) + " bytes, fewer than the " +
+                               " has " + std::to_string(len) + " bytes, fewer than the " +
                                std::to_string(head) + " of a vote");
     uint64_t theirs[2];
     std::memcpy(theirs, msg + vote_bytes, sizeof theirs);
@@ -224,7 +215,8 @@ int64_t Controller::vote_with_rider(std::vector<uint64_t>& vote) {
       std::memcpy(&w, msg + i * sizeof w, sizeof w);
       vote[i] &= w;
     }
-    same = same && mine[0] == theirs[0] && mine[1] == theirs[1] && rider_lens_[p] == head + mine[1];
+    same = same && mine[0] == theirs[0] && mine[1] == theirs[1] && len == head + mine[1];
+    peer_inputs_[p] = msg + head;
   }
   return same ? static_cast<int64_t>(mine[0] - 1) : -1;
 }

@@ -6,14 +6,13 @@
 //   3. only then: gather the uncached requests to the coordinator, broadcast its answer.
 // In steady state (same tensors every step) a round is step 2 alone.
 //
-// A set of a few ranks (2..kMaxRiderRanks) whose vote goes over the transport may also
-// send, with the vote, the input of its one pending cached tensor (a "rider",
-// set_riders()): the vote is then one exchange of every rank's message with every
-// other (Transport::exchange_all) instead of an AND-allreduce. When every rank sent the
-// same cached tensor and it is all the round runs, the round ends with the peers'
+// The vote may also go as a message from every rank to every other (set_vote(): through
+// shared memory on one host, or over the transport among a few ranks) and then carry
+// the input of this rank's one pending cached tensor (a "rider"). When every rank sent
+// the same cached tensor and it is all the round runs, the round ends with the peers'
 // inputs in hand (RoundResult::peer_inputs), and the allreduce needs no exchange of its
-// own: one round trip instead of two. Otherwise the rider is dropped and the tensor
-// runs as usual; the vote is the same AND either way.
+// own: one exchange instead of two. Otherwise the rider is dropped and the tensor runs
+// as usual; the vote is the same AND either way.
 //
 // A rank whose caller is still in the middle of a burst of submissions says so in the
 // vote. If some cached tensors are then ready on some ranks but not on all, the round
@@ -31,6 +30,7 @@
 #include "coordinator.h"
 #include "parameters.h"
 #include "response_cache.h"
+#include "vote_exchange.h"
 
 namespace hvdl {
 
@@ -42,9 +42,9 @@ struct RoundResult {
   bool cache_only = true;           // no gather/broadcast was needed
   std::optional<Tunables> tunables;  // rank 0 changed them: apply before executing
   // Riders on: responses is exactly one cached tensor, and peer_inputs[p] is rank p's
-  // input for it, which rode with the vote (the controller's, valid until the next
-  // round; this rank's entry is null). Null otherwise.
-  void* const* peer_inputs = nullptr;
+  // input for it, which rode with the vote (read-only, valid until the next round;
+  // this rank's entry is null). Null otherwise.
+  const void* const* peer_inputs = nullptr;
 };
 
 // The input a cached response's tensor would send with the vote, or {} when it may
@@ -66,20 +66,17 @@ class Controller {
                     const Tunables* publish = nullptr, bool arriving = false,
                     Clock::duration defer_limit = Clock::duration::zero());
   size_t cache_capacity() const { return cache_.capacity(); }
-  // The words the vote of every round carries (what a ShmVote must hold).
+  // The words the vote of every round carries.
   size_t vote_words() const { return 1 + 3 * words_; }
-  // Where the vote goes instead of the transport's allreduce_and (the same AND on
-  // every rank: engine/shm_vote.h); set before the first round, on every rank alike.
-  using Vote = std::function<void(uint64_t* words, size_t n)>;
-  void set_vote(Vote v) { vote_ = std::move(v); }
-  // Riders of at most `max_bytes` (see above); set before the first round on every rank
-  // alike, after set_vote(). Does nothing unless the set has 2..kMaxRiderRanks ranks and
-  // votes over the transport: its vote then always goes through exchange_all.
-  // More ranks would make every vote N-1 messages per rank, where the AND-allreduce
-  // takes log N steps.
-  static constexpr int kMaxRiderRanks = 8;
+  // The bytes a vote message with riders of up to `rider_max` bytes takes (what a
+  // VoteExchange for set_vote must hold).
+  size_t message_bytes(size_t rider_max) const { return rider_head() + rider_max; }
+  // The vote goes through `x` instead of the transport's AND-allreduce, and carries
+  // riders of at most `rider_max` bytes where `rider_for` is set. Set before the first
+  // round, on every rank alike. The AND-allreduce takes log N steps where an exchange
+  // is N-1 messages per rank, so over a transport only for a few ranks.
   using RiderFor = std::function<Rider(const Response& cached)>;
-  void set_riders(size_t max_bytes, RiderFor f);
+  void set_vote(std::unique_ptr<VoteExchange> x, size_t rider_max = 0, RiderFor rider_for = {});
   // The largest rider a vote carries; 0 when votes carry none (riders off).
   size_t rider_bytes() const { return rider_for_ ? rider_max_ : 0; }
   // After a response ran: cache it (identically on every rank).
@@ -95,12 +92,11 @@ class Controller {
     Clock::time_point since;
   };
   void requeue(uint32_t bit);
-  // The vote as one exchange with every peer, this rank's rider with it when it has
-  // one; returns the cache bit every rank sent a rider for (equal tensors), or -1.
-  int64_t vote_with_rider(std::vector<uint64_t>& vote);
-  // A vote message's bytes before its rider, and the room each rank's message has.
+  // The vote through exchange_, this rank's rider with it when it has one; returns the
+  // cache bit every rank sent a rider for (equal tensors), or -1.
+  int64_t exchange_vote(std::vector<uint64_t>& vote);
+  // A vote message's bytes before its rider.
   size_t rider_head() const { return vote_words() * sizeof(uint64_t) + 2 * sizeof(uint64_t); }
-  size_t rider_stride() const { return rider_head() + rider_max_; }
   void report_cached_readiness(const std::vector<Request>& released,
                                const std::vector<Response>& responses, Timeline* timeline);
 
@@ -117,14 +113,11 @@ class Controller {
   Clock::time_point defer_until_ = Clock::time_point::max();
   double cached_report_s_;
   size_t words_;
-  Vote vote_;  // empty: the transport's
+  std::unique_ptr<VoteExchange> exchange_;  // null: the transport's AND-allreduce
   RiderFor rider_for_;  // empty: no riders
   size_t rider_max_ = 0;
-  // Sized by set_riders: this rank's message, every rank's at rider_in_ + p *
-  // rider_stride(), their lengths, and where each peer's rider lies in rider_in_.
-  std::vector<char> rider_out_, rider_in_;
-  std::vector<size_t> rider_lens_;
-  std::vector<void*> peer_inputs_;
+  // Where each peer's rider lies after the last exchange (this rank's entry null).
+  std::vector<const void*> peer_inputs_;
 };
 
 }  // namespace hvdl

@@ -8,26 +8,31 @@ namespace hvdl {
 
 // Each rank's region holds two buffers, used by odd and even votes: a rank can only
 // start vote v+2 (overwriting v's buffer) after every peer published v+1, i.e. after
-// every peer finished reading v. Counter 0 is the number of the last vote published.
-std::unique_ptr<ShmVote> ShmVote::create(Transport& group, size_t max_words) {
-  auto w = ShmWindow::create(group, 2 * max_words * sizeof(uint64_t));
+// every peer finished reading v. Counter 0 is the number of the last vote published;
+// counters 1 and 2 the lengths of the odd and even votes' messages (published first).
+std::unique_ptr<ShmVote> ShmVote::create(Transport& group, size_t capacity) {
+  capacity = (capacity + 63) & ~size_t(63);  // each buffer on its own cache lines
+  auto w = ShmWindow::create(group, 2 * capacity);
   if (!w) return nullptr;
-  return std::unique_ptr<ShmVote>(new ShmVote(std::move(w), group, max_words));
+  return std::unique_ptr<ShmVote>(new ShmVote(std::move(w), group, capacity));
 }
 
-ShmVote::ShmVote(std::unique_ptr<ShmWindow> w, Transport& group, size_t max_words)
-    : window_(std::move(w)), group_(group), max_words_(max_words) {}
+ShmVote::ShmVote(std::unique_ptr<ShmWindow> w, Transport& group, size_t capacity)
+    : window_(std::move(w)), group_(group), capacity_(capacity) {}
 
-uint64_t* ShmVote::buffer(int rank, uint64_t vote) const {
-  return reinterpret_cast<uint64_t*>(window_->data(rank)) + (vote % 2) * max_words_;
+char* ShmVote::buffer(int rank, uint64_t vote) const {
+  return window_->data(rank) + (vote % 2) * capacity_;
 }
 
-void ShmVote::allreduce_and(uint64_t* words, size_t n) {
-  if (n > max_words_) throw std::logic_error("horovodlite: vote larger than its window");
+size_t ShmVote::length(int p) const {
+  return static_cast<size_t>(window_->counter(p, 1 + static_cast<int>(votes_ % 2)));
+}
+
+void ShmVote::exchange(size_t bytes) {
+  if (bytes > capacity_) throw std::logic_error("horovodlite: vote larger than its window");
   const uint64_t v = ++votes_;
-  uint64_t* mine = buffer(window_->rank(), v);
-  for (size_t i = 0; i < n; ++i) mine[i] = words[i];
-  window_->publish(0, v);  // release: the words are visible to whoever sees v
+  window_->publish(1 + static_cast<int>(v % 2), bytes);
+  window_->publish(0, v);  // release: the message is visible to whoever sees v
   ShmWindow::Waiter wait(*window_);
   auto checked = std::chrono::steady_clock::now();
   for (int p = 0; p < window_->size(); ++p) {
@@ -51,8 +56,6 @@ void ShmVote::allreduce_and(uint64_t* words, size_t n) {
         group_.check_alive();
       }
     }
-    const uint64_t* theirs = buffer(p, v);
-    for (size_t i = 0; i < n; ++i) words[i] &= theirs[i];
   }
 }
 

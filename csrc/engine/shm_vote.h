@@ -1,10 +1,10 @@
-// The negotiation vote (Controller::round's bitwise AND over every rank) through shared
-// memory, for a process set whose ranks all run on this host: each rank writes its
-// words into its own region and publishes the vote's number; every rank ANDs all the
-// regions once the peers have published. It replaces an MPI_Iallreduce and its
-// polling (a cached tensor's round is this vote alone), and a rank that arrives late
-// finds the others' votes already there. The AND is the same on every rank, so what
-// the round decides is unchanged.
+// The negotiation vote through shared memory, for a process set whose ranks all run on
+// this host: each rank writes its message (the vote's words, and a rider when it has
+// one: engine/controller.h) into its own region and publishes the vote's number; the
+// peers read it there once published. It replaces an MPI exchange and its polling (a
+// cached tensor's round is this vote alone, and with a rider also its data), and a
+// rank that arrives late finds the others' messages already there. Every rank reads
+// the same messages, so what the round decides is unchanged.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -12,28 +12,32 @@
 
 #include "../transport/shm_window.h"
 #include "../transport/transport.h"
+#include "vote_exchange.h"
 
 namespace hvdl {
 
-class ShmVote {
+class ShmVote final : public VoteExchange {
  public:
-  // Collective over `group` (all on this host): votes of up to `max_words` words.
+  // Collective over `group` (all on this host): messages of up to `capacity` bytes.
   // nullptr on every rank when the segment cannot be made (the vote then goes
   // through the transport).
-  static std::unique_ptr<ShmVote> create(Transport& group, size_t max_words);
+  static std::unique_ptr<ShmVote> create(Transport& group, size_t capacity);
 
-  // In place: words[i] becomes the AND over all ranks. Every rank calls it in the
-  // same sequence (one per round). While waiting for a peer it spins, yields, then
-  // sleeps, and checks `group`'s health (a dead peer or one that gave up ends it).
-  void allreduce_and(uint64_t* words, size_t n);
+  size_t capacity() const override { return capacity_; }
+  char* outbox() override { return buffer(window_->rank(), votes_ + 1); }
+  // While waiting for a peer it spins, yields, then sleeps, and checks `group`'s
+  // health (a dead peer or one that gave up ends it).
+  void exchange(size_t bytes) override;
+  const char* inbox(int p) const override { return buffer(p, votes_); }
+  size_t length(int p) const override;
 
  private:
-  ShmVote(std::unique_ptr<ShmWindow> w, Transport& group, size_t max_words);
-  uint64_t* buffer(int rank, uint64_t vote) const;
+  ShmVote(std::unique_ptr<ShmWindow> w, Transport& group, size_t capacity);
+  char* buffer(int rank, uint64_t vote) const;
 
   std::unique_ptr<ShmWindow> window_;
   Transport& group_;
-  size_t max_words_;
+  size_t capacity_;
   uint64_t votes_ = 0;  // how many this rank has published
 };
 

@@ -12,6 +12,7 @@
 #include "fusion_planner.h"
 #include "ops/op_util.h"
 #include "../collectives/ring_allreduce.h"
+#include "../collectives/shm_allreduce.h"
 
 namespace hvdl {
 
@@ -60,10 +61,10 @@ static std::unique_ptr<Doorbell> make_doorbell(Transport& t, const std::vector<i
 
 // The negotiation vote through shared memory where every member is on this host and
 // SHM_NEGOTIATION is on (the same on every rank: forwarded settings, the same hosts).
-static std::unique_ptr<ShmVote> make_vote(Transport& t, const std::vector<int>& hosts,
-                                          const Settings& s, size_t words) {
+static std::unique_ptr<ShmVote> make_shm_vote(Transport& t, const std::vector<int>& hosts,
+                                              const Settings& s, size_t capacity) {
   if (t.size() < 2 || !s.flag(Setting::SHM_NEGOTIATION) || !on_one_host(hosts)) return nullptr;
-  auto v = ShmVote::create(t, words);
+  auto v = ShmVote::create(t, capacity);
   if (!v && t.rank() == 0)
     HVDL_LOG(INFO) << "no shared memory for the negotiation vote; it goes through MPI";
   return v;
@@ -81,30 +82,12 @@ Worker::Worker(std::unique_ptr<Transport> t, EngineParams p, int id, EngineState
       records_timeline_(id == 0 && transport_->rank() == 0) {
   doorbell_ = make_doorbell(*transport_, host_of_member, p.settings);
   if (doorbell_) queue_.set_waker([d = doorbell_.get()] { d->wake_self(); });
-  vote_ = make_vote(*transport_, host_of_member, p.settings, controller_.vote_words());
-  if (vote_)
-    controller_.set_vote([v = vote_.get()](uint64_t* words, size_t n) { v->allreduce_and(words, n); });
+  setup_vote(host_of_member);
   // Across hosts a ring is a network message per peer, and in a loop of calls every
   // peer comes to the round on its own: hold it into the vote (held_ring.h). 50 us:
   // a vote between two simulated hosts completed in ~20 us once both were in it.
   if (!on_one_host(host_of_member)) ring_hold_ = kCrossHostRingHold;
   transport_->hold_rings(ring_hold_);
-  // Across hosts every exchange is a TCP round trip, and the rider saves one. On one
-  // host the saving is the shared-memory pass (a few us) against a larger MPI message
-  // (over sm's 4 KiB eager limit from 4 KiB of data): measured no faster there on the
-  // loaded 2-core machine, so only on request. The same on every rank (same hosts).
-  // With N ranks a rider goes to each of the N-1 others, where the ring sends each
-  // rank's share about twice: the auto limit keeps a rank's N-1 copies within 32 KiB
-  // (2x2 hosts: 10.9 KiB each, 3x2: 6.5 KiB), what a 1 Gbit/s link moves in 0.26 ms.
-  // Measured 4 KiB, one rider: 2x2 hosts 177-285 us against 382-761 us without, 3x1
-  // 122-149 against 276-307, 3x2 594 against 1078-2102. Two ranks: 64 KiB.
-  const int n = transport_->size();
-  const long long auto_rider = n <= 2 ? kAutoRiderBytes : (kAutoRiderSends / (n - 1)) & ~63LL;
-  const long long rider_max = p.settings.integer_or(Setting::VOTE_RIDER_BYTES,
-                                                    on_one_host(host_of_member) ? 0 : auto_rider);
-  if (rider_max > 0)
-    controller_.set_riders(std::min<size_t>(rider_max, kPairExchangeMaxBytes),
-                           [this](const Response& r) { return rider_for(r); });
   // Callers run their own small rounds (help()) where the whole set shares this host:
   // a lone 4 KiB allreduce on 2 ranks went from 10.6-11.1 to 9.1-9.5 us. Across hosts
   // it measured slower (mean per call, 2x1 hosts 36.5-36.8 -> 43-47 us, 3x1 95-127 ->
@@ -118,6 +101,44 @@ Worker::Worker(std::unique_ptr<Transport> t, EngineParams p, int id, EngineState
   shown_.segment_bytes = p.segment_bytes;
   if (p.autotune && records_timeline_) tuner_ = std::make_unique<Autotuner>(shown_, p.autotune_options);
   thread_ = std::thread([this] { loop(); });
+}
+
+// How the negotiation vote travels, and whether it carries riders (controller.h), the
+// same on every rank (forwarded settings, the same hosts).
+// Riders: across hosts every exchange is a TCP round trip, and the rider saves one; on
+// one host, through the shared-memory vote, it saves the shared-memory allreduce's own
+// pass. Over MPI on one host the saving was a few us against a larger MPI message
+// (over sm's 4 KiB eager limit from 4 KiB of data), measured no faster, so there only
+// on request. With N ranks every rank reads (or is sent) N-1 riders, where the ring
+// or the window moves each rank's share about twice: the auto limit keeps a rank's
+// N-1 copies within 32 KiB (2x2 hosts: 10.9 KiB each, 3x2: 6.5 KiB), what a 1 Gbit/s
+// link moves in 0.26 ms. Measured 4 KiB, one rider: 2x2 hosts 177-285 us against
+// 382-761 us without, 3x1 122-149 against 276-307, 3x2 594 against 1078-2102. Two
+// ranks: 64 KiB.
+void Worker::setup_vote(const std::vector<int>& host_of_member) {
+  const int n = transport_->size();
+  const bool one_host = on_one_host(host_of_member);
+  const bool shm_wanted = n >= 2 && one_host && params_.settings.flag(Setting::SHM_NEGOTIATION);
+  const long long auto_rider = n <= 2 ? kAutoRiderBytes : (kAutoRiderSends / (n - 1)) & ~63LL;
+  size_t rider_max = static_cast<size_t>(std::clamp<long long>(
+      params_.settings.integer_or(Setting::VOTE_RIDER_BYTES,
+                                  one_host && !shm_wanted ? 0 : auto_rider),
+      0, static_cast<long long>(kPairExchangeMaxBytes)));
+  auto riders = [this](const Response& r) { return rider_for(r); };
+  if (auto v = make_shm_vote(*transport_, host_of_member, params_.settings,
+                             controller_.message_bytes(rider_max))) {
+    shm_vote_ = true;
+    // Riders are folded as the shared-memory window folds (block b from rank b on);
+    // without the window (SHM=0) small allreduces take the pair exchange (rank order)
+    // on two ranks.
+    rider_fold_ = params_.settings.flag(Setting::SHM) ? RiderFold::BLOCKS : RiderFold::RANK_ORDER;
+    controller_.set_vote(std::move(v), rider_max, riders);
+  } else if (rider_max > 0 && n >= 2 && n <= kMaxRiderRanks) {
+    // As the pair exchange folds (rank order).
+    rider_fold_ = RiderFold::RANK_ORDER;
+    controller_.set_vote(make_transport_vote_exchange(*transport_, controller_.message_bytes(rider_max)),
+                         rider_max, riders);
+  }
 }
 
 Worker::~Worker() { stop(); }
@@ -143,7 +164,7 @@ std::map<std::string, std::string> Worker::report() const {
       {"allreduce", allreduce_algorithm()},
       {"wakeup", doorbell_ ? "futex" : "poll"},
       {"ring_hold_us", s(ring_hold_.count())},
-      {"negotiation", vote_ ? "shm" : "transport"},
+      {"negotiation", shm_vote_ ? "shm" : "transport"},
       // What the votes really carry (0: no riders), not just what was asked for.
       {"vote_rider_bytes", s(controller_.rider_bytes())},
       {"caller_runs_bytes", s(caller_runs_bytes_)},
@@ -492,7 +513,7 @@ Rider Worker::rider_for(const Response& r) {
 }
 
 uint64_t Worker::execute(const std::vector<Response>& responses, Timeline* tl,
-                         Clock::time_point agreed, void* const* peer_inputs) {
+                         Clock::time_point agreed, const void* const* peer_inputs) {
   uint64_t total_bytes = 0;
   std::vector<size_t> sizes;
   std::string abandoned;
@@ -540,9 +561,18 @@ uint64_t Worker::execute(const std::vector<Response>& responses, Timeline* tl,
           PhaseScope p(ctx.phases, "VOTE_RIDER_REDUCE");
           stats_.rider_groups++;
           const auto [rop, post] = ops::effective_reduction(head, transport_->size());
-          combine_in_rank_order(ctx.reducer, transport_->rank(), transport_->size(),
-                                entries[0]->input, peer_inputs, entries[0]->output,
-                                ops::numel(head.shape), head.dtype, rop, post);
+          const TensorEntry& e = *entries[0];
+          const size_t count = ops::numel(head.shape), bytes = tensor_bytes(head.shape, head.dtype);
+          const int rank = transport_->rank(), n = transport_->size();
+          if (rider_fold_ == RiderFold::BLOCKS) {
+            void* scratch = e.input == e.output ? ctx.scratch.reserve(bytes) : nullptr;
+            combine_in_window_blocks(ctx.reducer, rank, n, e.input, peer_inputs, scratch,
+                                     e.output, count, head.dtype, rop, post);
+          } else {
+            void* acc = e.input == e.output ? ctx.scratch.reserve(bytes) : e.output;
+            combine_in_rank_order(ctx.reducer, rank, n, e.input, peer_inputs, acc, e.output,
+                                  count, head.dtype, rop, post);
+          }
         } else {
           op->execute(ctx, group, entries);
         }

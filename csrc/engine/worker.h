@@ -132,7 +132,8 @@ class Worker {
   // Returns the bytes executed (what the autotuner scores).
   // `peer_inputs`: RoundResult's (the one response's peer inputs rode with the vote).
   uint64_t execute(const std::vector<Response>& responses, Timeline* tl, Clock::time_point agreed,
-                   void* const* peer_inputs = nullptr);
+                   const void* const* peer_inputs = nullptr);
+  void setup_vote(const std::vector<int>& host_of_member);
   // What this rank's pending tensor for `cached` sends with the vote, or {} (controller.h).
   Rider rider_for(const Response& cached);
   void apply(const Tunables& t);
@@ -148,7 +149,12 @@ class Worker {
   std::unique_ptr<AllreducePaths> allreduce_;
   DeviceSet devices_;  // host memory and the GPU this process uses, with their buffers
   std::unique_ptr<Doorbell> doorbell_;  // null: wake-ups through the transport, polled
-  std::unique_ptr<ShmVote> vote_;       // null: the vote goes through the transport
+  bool shm_vote_ = false;  // the vote goes through shared memory (else the transport)
+  // How a rider's result is folded: as the path the tensor would otherwise take does,
+  // so that its bits do not depend on whether it rode.
+  enum class RiderFold { RANK_ORDER, BLOCKS };
+  RiderFold rider_fold_ = RiderFold::RANK_ORDER;
+  static constexpr int kMaxRiderRanks = 8;  // over the transport (controller.h's set_vote)
   // VOTE_RIDER_BYTES's auto values (controller.h's riders).
   static constexpr long long kAutoRiderBytes = 64 << 10;   // two ranks
   static constexpr long long kAutoRiderSends = 32 << 10;   // more: all of a rank's copies
