@@ -6,7 +6,11 @@ the blocks. What is left of the call is Python/binding overhead and the completi
 way back to the caller.
 
     mpirun -np 2 --oversubscribe --bind-to none python benchmarks/latency_pieces.py \\
-        [--sizes 4K,1M] [--repeats 7] [--calls 400]
+        [--sizes 4K,1M] [--repeats 7] [--calls 400] [--unnamed]
+
+--unnamed calls hvd.allreduce without a name, as a script averaging a metric does:
+every call is a new name (allreduce.noname.N), so every call is negotiated in full
+instead of answered from the response cache.
 
 Settings come from the environment (HOROVODLITE_WAKEUP=auto|poll, ...)."""
 import argparse
@@ -46,6 +50,7 @@ def main():
     ap.add_argument("--sizes", default="4K,1M")
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--calls", type=int, default=400)
+    ap.add_argument("--unnamed", action="store_true", help="a new name every call (no cache)")
     args = ap.parse_args()
     hvd.init()
     rows = []
@@ -54,7 +59,7 @@ def main():
         out = np.empty_like(a)
         calls = max(5, min(args.calls, int(0.2 / max(size / 1e9, 1e-5))))
         mpi = lambda: comm.Allreduce(a, out)  # noqa: E731
-        name = f"lat.{size}"
+        name = None if args.unnamed else f"lat.{size}"
         res = {}
         ours = lambda: res.__setitem__("r", hvd.allreduce(a, op=hvd.Sum, name=name))  # noqa: E731
         mpi(), ours()  # warm: negotiated once, cached from now on
@@ -75,7 +80,8 @@ def main():
     if comm.rank == 0:
         load = " ".join(open("/proc/loadavg").read().split()[:3])
         wake = os.environ.get("HOROVODLITE_WAKEUP", "poll (default)")
-        print(f"np={comm.size}, {args.repeats} alternating repeats, medians, "
+        print(f"np={comm.size}, {'unnamed' if args.unnamed else 'named'} calls, "
+              f"{args.repeats} alternating repeats, medians, "
               f"HOROVODLITE_WAKEUP={wake}, load {load}")
         for size, tm, th, per_rank in rows:
             label = f"{size >> 20} MiB" if size >= 1 << 20 else f"{size >> 10} KiB"

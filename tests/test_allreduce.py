@@ -232,3 +232,66 @@ def test_riders_fold_as_the_shared_memory_window_does():
             assert res[rank]["digests"] == res[0]["digests"], f"rank {rank} differs from rank 0"
     differ = [k for k, v in with_riders[0]["digests"].items() if without[0]["digests"][k] != v]
     assert not differ, f"bits differ with riders and without in {differ[:10]}"
+
+
+def test_plain_and_general_calls_agree_when_ranks_differ():
+    """hvd.allreduce / allreduce_ take a short path for a plain call (a C-contiguous
+    ndarray of a reducible dtype, op as a number, no compression, scale factors as
+    numbers) and the general one for anything else. Ranks that take different paths
+    for the same unnamed calls still agree on the names and the results (numpy's,
+    bitwise equal on every rank); a rank whose call is refused in the general path
+    (bool, a read-only array in place) fails the call on every rank instead of
+    leaving the plain ranks waiting."""
+    res = run(3, textwrap.dedent("""
+    def main(hvd):
+        import hashlib
+        r, n = hvd.rank(), hvd.size()
+        base = (np.arange(1001, dtype=np.float64) % 97).astype(np.float32) / 7
+        digests, failures = [], []
+        def check(label, got, want):
+            if got.dtype != want.dtype or not np.allclose(got, want, rtol=1e-5):
+                failures.append(f"{label}: got {got[:4]}, want {want[:4]}")
+            digests.append(hashlib.sha1(np.ascontiguousarray(got).tobytes()).hexdigest())
+        mine = base * (r + 1)
+        total = sum(base * (q + 1) for q in range(n))
+        for i in range(4):
+            if r == 1:   # not contiguous: the general path
+                x = np.repeat(mine, 2)[::2]
+            elif r == 2:  # a numpy scalar scale factor: the general path
+                x = mine
+            else:
+                x = mine.copy()
+            scale = np.float64(1.0) if r == 2 else 1.0
+            check(f"sum {i}", hvd.allreduce(x, op=hvd.Sum, prescale_factor=scale), total)
+            check(f"avg {i}", hvd.allreduce(x), total / n)
+            y = np.ascontiguousarray(x)
+            if r == 2:
+                y = np.asfortranarray(y.reshape(1001, 1)).reshape(1001, 1)
+            out = hvd.allreduce_(y.reshape(-1, 1) if r != 2 else y, op=hvd.Max)
+            check(f"max {i}", np.asarray(out).reshape(-1), base * n)
+        errors = []
+        bad = np.ones(5, bool) if r == 1 else np.ones(5, np.float32)
+        try:
+            hvd.allreduce(bad, op=hvd.Sum)
+            errors.append(None)
+        except Exception as e:  # noqa: BLE001
+            errors.append(f"{type(e).__name__}: {e}")
+        ro = np.ones(5, np.float32)
+        if r == 0:
+            ro.flags.writeable = False
+        try:
+            hvd.allreduce_(ro, op=hvd.Sum)
+            errors.append(None)
+        except Exception as e:  # noqa: BLE001
+            errors.append(f"{type(e).__name__}: {e}")
+        after = hvd.allreduce(np.full(3, r, np.int64), op=hvd.Sum)
+        return {"digests": digests, "failures": failures, "errors": errors,
+                "after": after.tolist()}
+    """), timeout=180)
+    for rank, got in enumerate(res):
+        assert not got["failures"], f"rank {rank}: {got['failures']}"
+        assert got["digests"] == res[0]["digests"], f"rank {rank} differs bitwise from rank 0"
+        assert all(got["errors"]), f"rank {rank}: a refused call succeeded: {got['errors']}"
+        assert "allreduce.noname" in got["errors"][0] and "bool" in got["errors"][0], got["errors"][0]
+        assert "allreduce.noname" in got["errors"][1], got["errors"][1]
+        assert got["after"] == [3, 3, 3], f"rank {rank}: the call after the errors: {got['after']}"

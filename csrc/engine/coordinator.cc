@@ -85,13 +85,13 @@ Response Coordinator::validate(const Pending& p) const {
                  "': invalid arguments: " + arg_errors;
     return resp;
   }
-  if (!check_same(reqs, resp, "operation", [](const Request& q) { return std::string(op_type_name(q.op)); }))
+  if (!check_same(reqs, resp, "operation", [](const Request& q) { return std::string_view(op_type_name(q.op)); }))
     return resp;
-  if (!check_same(reqs, resp, "dtype", [](const Request& q) { return std::string(dtype_name(q.dtype)); }))
+  if (!check_same(reqs, resp, "dtype", [](const Request& q) { return std::string_view(dtype_name(q.dtype)); }))
     return resp;
   // Each rank drives its own GPU, so only host memory vs GPU has to agree.
   if (!check_same(reqs, resp, "device", [](const Request& q) {
-        return std::string(q.device < 0 ? "cpu" : "gpu");
+        return std::string_view(q.device < 0 ? "cpu" : "gpu");
       }))
     return resp;
   if (!resp.joined.empty() && first->op != OpType::ALLREDUCE) {

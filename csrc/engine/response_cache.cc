@@ -23,6 +23,31 @@ ResponseCache::Result ResponseCache::lookup(const Request& q, uint32_t* bit) con
   return same_request(slots_[it->second].local, q) ? HIT : CONFLICT;
 }
 
+ResponseCache::ResponseCache(size_t capacity)
+    : slots_(capacity), prev_(capacity + 1), next_(capacity + 1) {
+  const auto end = static_cast<uint32_t>(capacity);
+  prev_[end] = next_[end] = end;
+  for (size_t i = capacity; i-- > 0;) free_.push_back(static_cast<uint32_t>(i));
+}
+
+void ResponseCache::unlink(uint32_t bit) {
+  next_[prev_[bit]] = next_[bit];
+  prev_[next_[bit]] = prev_[bit];
+}
+
+void ResponseCache::link_last(uint32_t bit) {
+  const auto end = static_cast<uint32_t>(slots_.size());
+  prev_[bit] = prev_[end];
+  next_[bit] = end;
+  next_[prev_[end]] = bit;
+  prev_[end] = bit;
+}
+
+void ResponseCache::touch(uint32_t bit) {
+  unlink(bit);
+  link_last(bit);
+}
+
 int64_t ResponseCache::put(const Response& r, const Request& local) {
   if (slots_.empty()) return -1;
   auto it = by_name_.find(r.name);
@@ -30,23 +55,22 @@ int64_t ResponseCache::put(const Response& r, const Request& local) {
     Slot& s = slots_[it->second];
     s.resp = r;
     s.local = local;
-    s.last_use = ++clock_;
+    touch(it->second);
     return -1;
   }
   int64_t victim = -1;
-  uint32_t pos = 0;
-  uint64_t oldest = UINT64_MAX;
-  for (uint32_t i = 0; i < slots_.size(); ++i) {
-    if (!slots_[i].used) { pos = i; oldest = 0; victim = -1; break; }
-    if (slots_[i].last_use < oldest) { oldest = slots_[i].last_use; pos = i; victim = i; }
+  if (free_.empty()) {
+    victim = next_[slots_.size()];  // the least recently used
+    erase(static_cast<uint32_t>(victim));
   }
-  if (victim >= 0) erase(pos);
+  const uint32_t pos = free_.back();
+  free_.pop_back();
   Slot& s = slots_[pos];
   s.used = true;
   s.resp = r;
   s.local = local;
-  s.last_use = ++clock_;
-  by_name_[r.name] = pos;
+  link_last(pos);
+  by_name_.emplace(r.name, pos);
   return victim;
 }
 
@@ -55,6 +79,8 @@ void ResponseCache::erase(uint32_t bit) {
   if (!s.used) return;
   by_name_.erase(s.resp.name);
   s = Slot();
+  unlink(bit);
+  free_.push_back(bit);
 }
 
 }  // namespace hvdl

@@ -17,7 +17,7 @@ class BroadcastOp : public CollectiveOp {
   OpType type() const override { return OpType::BROADCAST; }
 
   void validate(const std::vector<const Request*>& reqs, Response& resp) const override {
-    if (!check_same(reqs, resp, "root rank", [](const Request& q) { return std::to_string(q.root); }))
+    if (!check_same(reqs, resp, "root rank", [](const Request& q) { return q.root; }))
       return;
     const Request* q = first_present(reqs);
     const int n = static_cast<int>(reqs.size());
@@ -28,7 +28,7 @@ class BroadcastOp : public CollectiveOp {
       resp.error_kind = Response::VALUE_ERROR;
       return;
     }
-    if (!check_same(reqs, resp, "shape", [](const Request& x) { return shape_str(x.shape); }))
+    if (!check_same(reqs, resp, "shape", shape_of))
       return;
     resp.shape = q->shape;
     resp.root = q->root;

@@ -38,12 +38,6 @@ inline const Request* first_present(const std::vector<const Request*>& reqs) {
   return nullptr;
 }
 
-inline std::string fmt(double v) {
-  std::ostringstream os;
-  os << v;
-  return os.str();
-}
-
 inline std::string ranks_str(const std::vector<int>& ranks) {
   std::ostringstream os;
   os << (ranks.size() > 1 ? "ranks " : "rank ");
@@ -88,11 +82,11 @@ inline bool check_trailing_dims(const std::vector<const Request*>& reqs, Respons
 // What allreduce and reducescatter agree on: shape, reduce op and scale factors equal
 // on every rank, a reducible dtype, no Adasum. Fills resp or sets resp.error.
 inline bool check_reduction(const std::vector<const Request*>& reqs, Response& resp) {
-  if (!check_same(reqs, resp, "shape", [](const Request& q) { return shape_str(q.shape); }) ||
+  if (!check_same(reqs, resp, "shape", shape_of) ||
       !check_same(reqs, resp, "reduce op",
-                  [](const Request& q) { return std::string(reduce_op_name(q.reduce_op)); }) ||
-      !check_same(reqs, resp, "prescale_factor", [](const Request& q) { return fmt(q.prescale); }) ||
-      !check_same(reqs, resp, "postscale_factor", [](const Request& q) { return fmt(q.postscale); }))
+                  [](const Request& q) { return std::string_view(reduce_op_name(q.reduce_op)); }) ||
+      !check_same(reqs, resp, "prescale_factor", [](const Request& q) { return q.prescale; }) ||
+      !check_same(reqs, resp, "postscale_factor", [](const Request& q) { return q.postscale; }))
     return false;
   const Request* q = first_present(reqs);
   if (q->dtype == DataType::BOOL) {
