@@ -295,3 +295,79 @@ def test_plain_and_general_calls_agree_when_ranks_differ():
         assert "allreduce.noname" in got["errors"][0] and "bool" in got["errors"][0], got["errors"][0]
         assert "allreduce.noname" in got["errors"][1], got["errors"][1]
         assert got["after"] == [3, 3, 3], f"rank {rank}: the call after the errors: {got['after']}"
+
+
+@pytest.mark.parametrize("env,in_vote", [({}, True), (NO_SHM_VOTE, False)],
+                         ids=["shm-vote", "mpi-vote"])
+def test_full_rounds_through_the_shared_memory_vote(env, in_vote):
+    """On one host the requests the cache cannot answer and the coordinator's answer go
+    through the shared-memory vote (when they fit; else over MPI): on three ranks, in
+    the global set and a pair, unnamed calls, async calls submitted in an order that
+    differs by rank, a group too large for the vote's messages (that round goes over
+    MPI) and a shape mismatch (an error on every member naming the tensor) all behave
+    as over MPI. Results are numpy's, bitwise equal across the set's ranks."""
+    res = run(3, textwrap.dedent("""
+    def main(hvd):
+        import hashlib
+        from horovodlite._loader import _core
+        pair = hvd.ProcessSet([0, 2])
+        hvd.init(process_sets=[pair])
+        r = hvd.rank()
+        out = {}
+        for ps in (hvd.global_process_set, pair):
+            if not ps.included():
+                continue
+            ranks = [0, 1, 2] if ps is hvd.global_process_set else [0, 2]
+            sid = ps.process_set_id
+            s0 = _core.stats(sid)
+            digests, failures = [], []
+            def check(label, got, want):
+                if not np.array_equal(got, want):
+                    failures.append(f"{label}: got {got.ravel()[:4]}, want {want.ravel()[:4]}")
+                digests.append(hashlib.sha1(got.tobytes()).hexdigest())
+            for i in range(30):  # unnamed: each call a full round
+                x = np.arange(7 + i, dtype=np.int64) * (r + 1)
+                check(f"unnamed {i}", hvd.allreduce(x, op=hvd.Sum, process_set=ps),
+                      np.arange(7 + i, dtype=np.int64) * sum(q + 1 for q in ranks))
+            names = [f"async.{sid}.{k}" for k in range(12)]
+            order = names if r % 2 == 0 else names[::-1]
+            hs = {n: hvd.allreduce_async(np.full(5, float(r), np.float32), name=n, op=hvd.Sum,
+                                         process_set=ps) for n in order}
+            for n in names:
+                check(n, hvd.synchronize(hs[n]), np.full(5, float(sum(ranks)), np.float32))
+            s1 = _core.stats(sid)
+            # ~1,500 requests with long names: ~150 KB of requests, over the vote's 64 KiB
+            big = [np.full(2, float(r + k), np.float64) for k in range(1500)]
+            got = hvd.grouped_allreduce(big, op=hvd.Sum, process_set=ps,
+                                        name="a-group-whose-member-names-are-long." + "x" * 40)
+            for k, g in enumerate(got):
+                check(f"group {k}", g, np.full(2, float(sum(q + k for q in ranks))))
+            s2 = _core.stats(sid)
+            try:
+                hvd.allreduce(np.ones(3 + (r == 2), np.float32), name=f"mismatch.{sid}",
+                              process_set=ps)
+                err = None
+            except Exception as e:  # noqa: BLE001
+                err = str(e)
+            out[sid] = {"digests": digests, "failures": failures, "error": err,
+                        "full": s1["full_rounds"] - s0["full_rounds"],
+                        "in_vote": s1["full_rounds_in_vote"] - s0["full_rounds_in_vote"],
+                        "big_full": s2["full_rounds"] - s1["full_rounds"],
+                        "big_in_vote": s2["full_rounds_in_vote"] - s1["full_rounds_in_vote"]}
+        return out
+    """), env=env, init=False, timeout=300)
+    for sid, ranks in ((0, [0, 1, 2]), (1, [0, 2])):
+        first = res[ranks[0]][sid]
+        for rank in ranks:
+            got = res[rank][sid]
+            assert not got["failures"], (sid, rank, got["failures"][:5])
+            assert got["digests"] == first["digests"], f"set {sid}: rank {rank} differs bitwise"
+            assert got["full"] >= 30, (sid, rank, got)
+            if in_vote:
+                assert got["in_vote"] >= 30, (sid, rank, got)
+                assert got["big_full"] > got["big_in_vote"], ("the large group went in the vote", got)
+            else:
+                assert got["in_vote"] == 0 and got["big_in_vote"] == 0, (sid, rank, got)
+            # rank 2 has shape (4,): every member fails, naming the tensor and the shapes
+            assert got["error"] and f"mismatch.{sid}" in got["error"], (sid, rank, got["error"])
+            assert "(3,)" in got["error"] and "(4,)" in got["error"], (sid, rank, got["error"])

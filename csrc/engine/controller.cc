@@ -132,7 +132,8 @@ RoundResult Controller::round(std::vector<Request> fresh, bool want_shutdown, Ti
     res.cache_only = false;
     std::string mine = encode_requests(unsent_);
     unsent_.clear();
-    auto all = t_.gather(mine, 0);
+    std::vector<std::string> all;
+    res.full_in_vote = gather_requests(mine, rider_bit >= 0, &all);
     std::string answer;
     if (coord_) {
       for (auto& part : all)
@@ -150,7 +151,7 @@ RoundResult Controller::round(std::vector<Request> fresh, bool want_shutdown, Ti
       if (publish) publish->append_to(answer);
       answer += encode_responses(ready);
     }
-    t_.broadcast(answer, 0);
+    res.full_in_vote &= broadcast_answer(answer, rider_bit >= 0);
     size_t skip = 1;
     if (answer.at(0)) {
       if (answer.size() < 1 + sizeof(Tunables))
@@ -239,6 +240,39 @@ Clock::time_point Controller::next_deadline() const {
   return best;
 }
 
+
+// Each message is [1][bytes] when it fits the exchange, else [0]; a rank that saw a 0
+// from anyone goes to the transport with the others.
+bool Controller::gather_requests(const std::string& mine, bool rider_in_use,
+                                 std::vector<std::string>* all) {
+  if (!exchange_carries(rider_in_use)) return *all = t_.gather(mine, 0), false;
+  const bool fits = mine.size() + 1 <= exchange_->capacity();
+  char* out = exchange_->outbox();
+  out[0] = fits ? 1 : 0;
+  if (fits) std::memcpy(out + 1, mine.data(), mine.size());
+  exchange_->exchange(fits ? mine.size() + 1 : 1);
+  const int n = t_.size();
+  bool all_fit = true;
+  for (int p = 0; p < n; ++p) all_fit = all_fit && exchange_->inbox(p)[0] == 1;
+  if (!all_fit) return *all = t_.gather(mine, 0), false;
+  all->clear();
+  if (t_.rank() == 0)
+    for (int p = 0; p < n; ++p) all->emplace_back(exchange_->inbox(p) + 1, exchange_->length(p) - 1);
+  return true;
+}
+
+bool Controller::broadcast_answer(std::string& answer, bool rider_in_use) {
+  if (!exchange_carries(rider_in_use)) return t_.broadcast(answer, 0), false;
+  const bool root = t_.rank() == 0;
+  const bool fits = answer.size() + 1 <= exchange_->capacity();
+  char* out = exchange_->outbox();
+  out[0] = root && fits ? 1 : 0;
+  if (root && fits) std::memcpy(out + 1, answer.data(), answer.size());
+  exchange_->exchange(root && fits ? answer.size() + 1 : 1);
+  if (exchange_->inbox(0)[0] != 1) return t_.broadcast(answer, 0), false;
+  if (!root) answer.assign(exchange_->inbox(0) + 1, exchange_->length(0) - 1);
+  return true;
+}
 
 void Controller::report_cached_readiness(const std::vector<Request>& released,
                                          const std::vector<Response>& responses, Timeline* timeline) {

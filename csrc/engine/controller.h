@@ -40,6 +40,7 @@ struct RoundResult {
   std::vector<Response> responses;  // execute in this order on every rank
   bool shutdown = false;            // some rank asked to shut down
   bool cache_only = true;           // no gather/broadcast was needed
+  bool full_in_vote = false;        // they were, both through the vote's exchange
   std::optional<Tunables> tunables;  // rank 0 changed them: apply before executing
   // Riders on: responses is exactly one cached tensor, and peer_inputs[p] is rank p's
   // input for it, which rode with the vote (read-only, valid until the next round;
@@ -97,6 +98,16 @@ class Controller {
   int64_t exchange_vote(std::vector<uint64_t>& vote);
   // A vote message's bytes before its rider.
   size_t rider_head() const { return vote_words() * sizeof(uint64_t) + 2 * sizeof(uint64_t); }
+  // Step 3's gather of every rank's requests to rank 0 and the broadcast of its answer:
+  // through exchange_ where it carries them and this round's vote left no rider to
+  // reduce (a further exchange lets the peers reuse the buffer that holds it), and the
+  // message fits; else through the transport. Every rank takes the same way.
+  // Each returns whether it went through exchange_.
+  bool gather_requests(const std::string& mine, bool rider_in_use, std::vector<std::string>* all);
+  bool broadcast_answer(std::string& answer, bool rider_in_use);
+  bool exchange_carries(bool rider_in_use) const {
+    return exchange_ && !rider_in_use && exchange_->carries_negotiation();
+  }
   void report_cached_readiness(const std::vector<Request>& released,
                                const std::vector<Response>& responses, Timeline* timeline);
 

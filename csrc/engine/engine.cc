@@ -248,7 +248,8 @@ std::map<std::string, uint64_t> Engine::stats(int id) {
   Worker* w = worker_for(id);
   const auto& s = w->stats();
   const Transport::RingCounts rings = w->transport().ring_counts();
-  return {{"rounds", s.rounds}, {"full_rounds", s.full_rounds}, {"groups", s.groups},
+  return {{"rounds", s.rounds}, {"full_rounds", s.full_rounds},
+          {"full_rounds_in_vote", s.full_rounds_in_vote}, {"groups", s.groups},
           {"tensors", s.tensors}, {"bytes", s.bytes}, {"fresh_rounds", s.fresh_rounds},
           {"submit_to_round_ns", s.submit_to_round_ns}, {"negotiate_ns", s.negotiate_ns},
           {"execute_ns", s.execute_ns}, {"ring_wakes", s.ring_wakes},

@@ -30,6 +30,9 @@ class ShmVote final : public VoteExchange {
   void exchange(size_t bytes) override;
   const char* inbox(int p) const override { return buffer(p, votes_); }
   size_t length(int p) const override;
+  // Two exchanges (requests in, answer out) replace a gather and a broadcast over MPI,
+  // each two collectives of its own.
+  bool carries_negotiation() const override { return true; }
 
  private:
   ShmVote(std::unique_ptr<ShmWindow> w, Transport& group, size_t capacity);

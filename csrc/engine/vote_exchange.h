@@ -28,6 +28,10 @@ class VoteExchange {
   // valid until this rank's next exchange() (the peers cannot overwrite it before).
   virtual const char* inbox(int p) const = 0;
   virtual size_t length(int p) const = 0;
+  // Whether the round's other messages (the uncached requests to the coordinator and
+  // its answer) should go through exchange() too: where one costs no more than a
+  // gather or a broadcast (shared memory), not where it sends to every peer.
+  virtual bool carries_negotiation() const { return false; }
 };
 
 // Over `t` (Transport::exchange_all). `t` must outlive it.

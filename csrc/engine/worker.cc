@@ -126,7 +126,7 @@ void Worker::setup_vote(const std::vector<int>& host_of_member) {
       0, static_cast<long long>(kPairExchangeMaxBytes)));
   auto riders = [this](const Response& r) { return rider_for(r); };
   if (auto v = make_shm_vote(*transport_, host_of_member, params_.settings,
-                             controller_.message_bytes(rider_max))) {
+                             std::max(controller_.message_bytes(rider_max), kShmVoteMinBytes))) {
     shm_vote_ = true;
     // Riders are folded as the shared-memory window folds (block b from rank b on);
     // without the window (SHM=0) small allreduces take the pair exchange (rank order)
@@ -384,6 +384,7 @@ void Worker::run_round() {
   ++round_;
   stats_.rounds++;
   if (!res.cache_only) stats_.full_rounds++;
+  if (res.full_in_vote) stats_.full_rounds_in_vote++;
   if (res.tunables) apply(*res.tunables);  // every rank, before this round's work
   const auto agreed = Clock::now();
   stats_.negotiate_ns += duration_cast<nanoseconds>(agreed - started).count();

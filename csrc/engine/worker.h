@@ -54,6 +54,8 @@ struct EngineState {
 
 struct WorkerStats {
   std::atomic<uint64_t> rounds{0}, full_rounds{0}, groups{0}, tensors{0}, bytes{0};
+  // Full rounds whose requests and answer went through the shared-memory vote.
+  std::atomic<uint64_t> full_rounds_in_vote{0};
   // Where a collective's time goes (ns, summed; a clock read each, so always on):
   // from the oldest fresh tensor's submission to the round that takes it (rounds
   // with fresh work, counted in fresh_rounds), the negotiation (Controller::round)
@@ -158,6 +160,9 @@ class Worker {
   // VOTE_RIDER_BYTES's auto values (controller.h's riders).
   static constexpr long long kAutoRiderBytes = 64 << 10;   // two ranks
   static constexpr long long kAutoRiderSends = 32 << 10;   // more: all of a rank's copies
+  // The shared-memory vote also carries the round's requests and the coordinator's
+  // answer (Controller::gather_requests) when they fit: a step's worth of new names.
+  static constexpr size_t kShmVoteMinBytes = 64 << 10;
   static constexpr std::chrono::microseconds kCrossHostRingHold{50};
   std::chrono::microseconds ring_hold_{0};  // how long a ring waits for the vote (0: not)
   WorkerStats stats_;
