@@ -9,20 +9,23 @@ from ._loader import _core
 
 _lock = threading.Lock()
 _pending = {}  # handle -> (objects to keep alive, finish(handle) -> result)
-_counters = {}
 
 
 def auto_name(kind, name, process_set=None):
     """Unnamed collectives are named in call order, the same on every rank. The count
     is kept per process set: ranks that ran unnamed collectives on different sets
-    still agree on the names of the next ones on the sets they share."""
+    still agree on the names of the next ones on the sets they share. The counts live
+    in the core (under the GIL), which names small plain allreduces itself
+    (allreduce_small)."""
     if name is not None:
         return named(str(name))
     set_id = getattr(process_set, "process_set_id", None) or 0
-    with _lock:
-        n = _counters.get((kind, set_id), 0)
-        _counters[(kind, set_id)] = n + 1
-    return named(f"{kind}.noname.{n}")
+    return named(f"{kind}.noname.{_core.next_auto_count(kind, set_id)}")
+
+
+def reset_auto_names():
+    """Every count from 0 again (a new world after a failure: elastic/world.py)."""
+    _core.reset_auto_counts()
 
 
 # ---- a local error fails the name on every rank ----
@@ -226,6 +229,26 @@ def allreduce_now(src, dst, name, dtype, reduce_op, prescale, postscale, process
         h = _core.take_interrupted()
         if h >= 0:
             _orphans.append((h, (src, dst)))
+        raise
+
+
+def allreduce_small(tensor, name, reduce_op, prescale, postscale, process_set, in_place):
+    """A blocking allreduce of a small plain array (an ndarray; numbers for the op and
+    scale factors), whole in the core: its output, or None where the core finds the call
+    not plain (nothing done, no name taken). Inside another collective's call it is
+    None too: that call notes the names it takes (named())."""
+    if _local.active:
+        return None
+    if _orphans:
+        _reap_orphans()
+    keep = []
+    try:
+        return _core.allreduce_small(tensor, name, reduce_op, prescale, postscale, process_set,
+                                     in_place, keep)
+    except BaseException:
+        h = _core.take_interrupted()
+        if h >= 0:
+            _orphans.append((h, (tensor, keep)))
         raise
 
 

@@ -9,8 +9,8 @@ from . import dtypes
 from .basics import Adasum, Average, Sum, _topology
 from .basics import Max as _OP_MAX, Min as _OP_MIN, Product as _OP_PRODUCT
 from .compression import Compression
-from .handles import (allreduce_now, auto_name, blocking, collective, expect_group, poll, submit,
-                      submit_allreduce, synchronize, track)
+from .handles import (allreduce_now, allreduce_small, auto_name, blocking, collective, expect_group,
+                      poll, submit, submit_allreduce, synchronize, track)
 from .process_sets import _set_id, global_process_set
 from .shared_arrays import shared_empty
 
@@ -164,20 +164,24 @@ _NUMBERS = (float, int)
 
 
 def _plain_blocking(tensor, name, op, prescale, postscale, process_set, in_place):
-    """The blocking allreduce's output for a plain call, or None: not plain."""
+    """The blocking allreduce's output for a plain call, or None: not plain. Small
+    arrays go whole to the core (handles.allreduce_small)."""
     if type(tensor) is not np.ndarray or not (op is None or op in _PLAIN_OPS) or \
             type(prescale) not in _NUMBERS or type(postscale) not in _NUMBERS:
         return None
+    op = Average if op is None else int(op)
+    set_id = _set_id(process_set)
+    out = allreduce_small(tensor, name, op, prescale, postscale, set_id, in_place)
+    if out is not None:
+        return out
     code = dtypes.PLAIN_REDUCIBLE.get(tensor.dtype)
     flags = tensor.flags
     if code is None or not flags.c_contiguous or (in_place and not flags.writeable):
         return None
-    set_id = _set_id(process_set)
     _topology()
     name = auto_name("allreduce", name, process_set)
     out = tensor if in_place else _empty_like(tensor)
-    allreduce_now(tensor, out, name, code, Average if op is None else int(op), float(prescale),
-                  float(postscale), set_id)
+    allreduce_now(tensor, out, name, code, op, float(prescale), float(postscale), set_id)
     return out
 
 

@@ -246,6 +246,10 @@ Clock::time_point Controller::next_deadline() const {
 bool Controller::gather_requests(const std::string& mine, bool rider_in_use,
                                  std::vector<std::string>* all) {
   if (!exchange_carries(rider_in_use)) return *all = t_.gather(mine, 0), false;
+  // The transport's news (a peer that failed or gave up, a frozen one's heartbeat) once
+  // per full round, as its own gather would have checked it; the vote alone, every
+  // cached round, stays free of it.
+  t_.check_alive();
   const bool fits = mine.size() + 1 <= exchange_->capacity();
   char* out = exchange_->outbox();
   out[0] = fits ? 1 : 0;

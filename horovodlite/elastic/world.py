@@ -178,7 +178,7 @@ def _restart(new_comm, process_sets, old_rank):
     _state["old_rank"] = old_rank
     # Unnamed collectives are numbered per rank; the ranks of the new world must start
     # counting together (a failure may have cut them off at different counts).
-    handles._counters.clear()
+    handles.reset_auto_names()
     from .. import process_sets as ps_mod
 
     basics.init(comm=new_comm, process_sets="dynamic" if ps_mod._dynamic["on"] else None)

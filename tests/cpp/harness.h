@@ -182,6 +182,15 @@ class ThreadTransport final : public Transport {
   }
   int rank() const override { return rank_; }
   int size() const override { return static_cast<int>(f_->members.size()); }
+  // What a real transport's health check finds: a frozen rank stops here, a killed one
+  // (or a killed peer) fails, as in every transfer.
+  void check_alive() override {
+    std::unique_lock<std::mutex> l(s_->mu);
+    gate(l, -1);
+    for (int p = 0; p < size(); ++p)
+      if (p != rank_ && s_->dead[world_of(p)])
+        throw std::runtime_error("thread transport: rank " + std::to_string(p) + " died");
+  }
 
   Op isend(int peer, const void* buf, size_t bytes) override {
     check_peer(peer);
