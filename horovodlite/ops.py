@@ -170,7 +170,9 @@ def _plain_blocking(tensor, name, op, prescale, postscale, process_set, in_place
             type(prescale) not in _NUMBERS or type(postscale) not in _NUMBERS:
         return None
     op = Average if op is None else int(op)
-    set_id = _set_id(process_set)
+    set_id = getattr(process_set, "process_set_id", None)
+    if set_id is None:  # not a registered set: the general path says what is wrong
+        return None
     out = allreduce_small(tensor, name, op, prescale, postscale, set_id, in_place)
     if out is not None:
         return out
