@@ -22,11 +22,11 @@ FLOAT32, FLOAT64 = CODES["float32"], CODES["float64"]
 
 _TO_CODE = {np.dtype(name): code for name, code in CODES.items() if name != "bfloat16"}
 _FROM_CODE = {v: k for k, v in _TO_CODE.items()}
-# The reducible ones, for the blocking allreduce's plain path (ops._plain_blocking).
-# The core's small-allreduce path knows them by their numpy dtype object.
-PLAIN_REDUCIBLE = {dt: code for dt, code in _TO_CODE.items() if code in REDUCIBLE}
-for _dt, _code in PLAIN_REDUCIBLE.items():
-    _core.register_plain_dtype(_dt, _code)
+# The core's plain blocking allreduce (_core.allreduce_small) knows the reducible
+# dtypes by their numpy dtype objects.
+for _dt, _code in _TO_CODE.items():
+    if _code in REDUCIBLE:
+        _core.register_plain_dtype(_dt, _code)
 
 
 def _know_bfloat16():
@@ -38,7 +38,6 @@ def _know_bfloat16():
     _TO_CODE[np.dtype(ml_dtypes.bfloat16)] = BFLOAT16
     _FROM_CODE[BFLOAT16] = np.dtype(ml_dtypes.bfloat16)
     if BFLOAT16 in REDUCIBLE:
-        PLAIN_REDUCIBLE[np.dtype(ml_dtypes.bfloat16)] = BFLOAT16
         _core.register_plain_dtype(np.dtype(ml_dtypes.bfloat16), BFLOAT16)
     return True
 

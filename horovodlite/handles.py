@@ -7,7 +7,6 @@ import threading
 
 from ._loader import _core
 
-_lock = threading.Lock()
 _pending = {}  # handle -> (objects to keep alive, finish(handle) -> result)
 
 
@@ -226,17 +225,23 @@ def allreduce_now(src, dst, name, dtype, reduce_op, prescale, postscale, process
     try:
         _core.allreduce_now(name, src, dst, dtype, reduce_op, prescale, postscale, process_set)
     except BaseException:
-        h = _core.take_interrupted()
-        if h >= 0:
-            _orphans.append((h, (src, dst)))
+        _orphan_interrupted((src, dst))
         raise
 
 
+def _orphan_interrupted(keep):
+    """After a blocking call into the core raised: where a signal's exception left its
+    collective to the peers, `keep` (its arrays) stays alive until that is done."""
+    h = _core.take_interrupted()
+    if h >= 0:
+        _orphans.append((h, keep))
+
+
 def allreduce_small(tensor, name, reduce_op, prescale, postscale, process_set, in_place):
-    """A blocking allreduce of a small plain array (an ndarray; numbers for the op and
-    scale factors), whole in the core: its output, or None where the core finds the call
-    not plain (nothing done, no name taken). Inside another collective's call it is
-    None too: that call notes the names it takes (named())."""
+    """A blocking allreduce of a plain array (numbers for the op and scale factors),
+    whole in the core (_core.allreduce_small): its output, or None where the core finds
+    the call not plain (nothing done, no name taken). Inside another collective's call it
+    is None too: that call notes the names it takes (named())."""
     if _local.active:
         return None
     if _orphans:
@@ -246,9 +251,7 @@ def allreduce_small(tensor, name, reduce_op, prescale, postscale, process_set, i
         return _core.allreduce_small(tensor, name, reduce_op, prescale, postscale, process_set,
                                      in_place, keep)
     except BaseException:
-        h = _core.take_interrupted()
-        if h >= 0:
-            _orphans.append((h, (tensor, keep)))
+        _orphan_interrupted((tensor, keep))
         raise
 
 

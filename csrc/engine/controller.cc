@@ -241,8 +241,23 @@ Clock::time_point Controller::next_deadline() const {
 }
 
 
-// Each message is [1][bytes] when it fits the exchange, else [0]; a rank that saw a 0
-// from anyone goes to the transport with the others.
+// Each message is [1][bytes] when it fits the exchange, else [0] (nothing to send, or
+// too much); a rank that saw a 0 where it needed bytes goes to the transport, and so
+// does every other rank, which saw the same 0.
+void Controller::post_message(const std::string* bytes) {
+  const bool fits = bytes && bytes->size() + 1 <= exchange_->capacity();
+  char* out = exchange_->outbox();
+  out[0] = fits ? 1 : 0;
+  if (fits) std::memcpy(out + 1, bytes->data(), bytes->size());
+  exchange_->exchange(fits ? bytes->size() + 1 : 1);
+}
+
+bool Controller::message_of(int p, std::string* out) const {
+  if (exchange_->inbox(p)[0] != 1) return false;
+  if (out) out->assign(exchange_->inbox(p) + 1, exchange_->length(p) - 1);
+  return true;
+}
+
 bool Controller::gather_requests(const std::string& mine, bool rider_in_use,
                                  std::vector<std::string>* all) {
   if (!exchange_carries(rider_in_use)) return *all = t_.gather(mine, 0), false;
@@ -250,31 +265,21 @@ bool Controller::gather_requests(const std::string& mine, bool rider_in_use,
   // per full round, as its own gather would have checked it; the vote alone, every
   // cached round, stays free of it.
   t_.check_alive();
-  const bool fits = mine.size() + 1 <= exchange_->capacity();
-  char* out = exchange_->outbox();
-  out[0] = fits ? 1 : 0;
-  if (fits) std::memcpy(out + 1, mine.data(), mine.size());
-  exchange_->exchange(fits ? mine.size() + 1 : 1);
+  post_message(&mine);
   const int n = t_.size();
   bool all_fit = true;
-  for (int p = 0; p < n; ++p) all_fit = all_fit && exchange_->inbox(p)[0] == 1;
+  for (int p = 0; p < n; ++p) all_fit = all_fit && message_of(p, nullptr);
   if (!all_fit) return *all = t_.gather(mine, 0), false;
-  all->clear();
-  if (t_.rank() == 0)
-    for (int p = 0; p < n; ++p) all->emplace_back(exchange_->inbox(p) + 1, exchange_->length(p) - 1);
+  all->assign(t_.rank() == 0 ? n : 0, std::string());
+  for (size_t p = 0; p < all->size(); ++p) message_of(static_cast<int>(p), &(*all)[p]);
   return true;
 }
 
 bool Controller::broadcast_answer(std::string& answer, bool rider_in_use) {
   if (!exchange_carries(rider_in_use)) return t_.broadcast(answer, 0), false;
   const bool root = t_.rank() == 0;
-  const bool fits = answer.size() + 1 <= exchange_->capacity();
-  char* out = exchange_->outbox();
-  out[0] = root && fits ? 1 : 0;
-  if (root && fits) std::memcpy(out + 1, answer.data(), answer.size());
-  exchange_->exchange(root && fits ? answer.size() + 1 : 1);
-  if (exchange_->inbox(0)[0] != 1) return t_.broadcast(answer, 0), false;
-  if (!root) answer.assign(exchange_->inbox(0) + 1, exchange_->length(0) - 1);
+  post_message(root ? &answer : nullptr);
+  if (!message_of(0, root ? nullptr : &answer)) return t_.broadcast(answer, 0), false;
   return true;
 }
 

@@ -108,6 +108,10 @@ class Controller {
   bool exchange_carries(bool rider_in_use) const {
     return exchange_ && !rider_in_use && exchange_->carries_negotiation();
   }
+  // Through exchange_: posts `bytes` (null: nothing to send) and exchanges; then
+  // message_of reads peer p's message into *out (if not null), false where p sent none.
+  void post_message(const std::string* bytes);
+  bool message_of(int p, std::string* out) const;
   void report_cached_readiness(const std::vector<Request>& released,
                                const std::vector<Response>& responses, Timeline* timeline);
 

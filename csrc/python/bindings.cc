@@ -159,46 +159,41 @@ int64_t next_auto_count(const std::string& kind, int process_set) {
 // Raw references, kept for the life of the process (as g_value_error's below).
 std::vector<std::pair<PyObject*, int>> g_plain_dtypes;
 
-// What ops._plain_blocking does for a plain call (its caller has checked the argument
-// types: an ndarray, numbers, an op among Average..Product), in one call: check the
-// array, name the call, make the output, allreduce_now. Python's share of a 4 KiB call
-// was ~1.5 of ~5.5 us. Returns None, having taken no name and done nothing, where the
-// call is not plain or the array is larger than `kSmallBytes` (the general path then
-// runs it). A signal's exception while waiting appends the output to `keep` (the
-// caller keeps it and the input alive until the peers are done: handles.py).
+// A blocking allreduce of a plain numpy array in one call (ops._plain_blocking; its
+// caller has checked the other arguments: numbers, an op among Average..Product): check
+// the array, name the call, make the output, allreduce_now. Python's share of a 4 KiB
+// call was ~1.5 of ~5.5 us. Returns None, having taken no name and done nothing, where
+// the array is not a C-contiguous (and, in place, writeable) ndarray of a registered
+// dtype, or its output would be larger than `kSmallBytes` (those come from the output
+// pool or the shared arena: ops._empty_like); the general path then runs the call. A
+// signal's exception while waiting appends the output to `keep` (the caller keeps it
+// and the input alive until the peers are done: handles.py).
 constexpr size_t kSmallBytes = 64 << 10;
 
 py::object allreduce_small(py::handle tensor, py::handle name, int reduce_op, double prescale,
                            double postscale, int process_set, bool in_place, py::list keep) {
-  if (!py::isinstance<py::array>(tensor)) return py::none();
-  auto* proxy = py::detail::array_proxy(tensor.ptr());
   const auto& api = py::detail::npy_api::get();
+  if (Py_TYPE(tensor.ptr()) != api.PyArray_Type_ || !Engine::get().initialized())
+    return py::none();
+  auto* proxy = py::detail::array_proxy(tensor.ptr());
   const int need = api.NPY_ARRAY_C_CONTIGUOUS_ | (in_place ? api.NPY_ARRAY_WRITEABLE_ : 0);
-  if ((proxy->flags & need) != need || !Engine::get().initialized()) return py::none();
+  if ((proxy->flags & need) != need) return py::none();
   int code = -1;
   for (auto& [descr, c] : g_plain_dtypes)
-    if (descr == proxy->descr) code = c;
+    if (descr == proxy->descr) { code = c; break; }
   if (code < 0) return py::none();
   auto arr = py::reinterpret_borrow<py::array>(tensor);
-  if (static_cast<size_t>(arr.nbytes()) > kSmallBytes) return py::none();
+  if (!in_place && static_cast<size_t>(arr.nbytes()) > kSmallBytes) return py::none();
   std::string n;
   if (name.is_none()) n = "allreduce.noname." + std::to_string(next_auto_count("allreduce", process_set));
   else if (PyUnicode_CheckExact(name.ptr())) n = name.cast<std::string>();
   else return py::none();
   py::array out = in_place ? arr : py::array(arr.dtype(), std::vector<py::ssize_t>(
                                                               arr.shape(), arr.shape() + arr.ndim()));
-  static const std::string no_group;
-  EnqueueArgs a = request(OpType::ALLREDUCE, n, code, reduce_op, prescale, postscale, -1, no_group,
-                          0, process_set, py::none());
-  a.req.shape.assign(arr.shape(), arr.shape() + arr.ndim());
-  a.input = arr.data();
-  a.output = out.mutable_data();
-  a.caller_waits = true;
-  const int64_t h = submit(std::move(a));
   try {
-    wait(h, true, true);
+    allreduce_now(n, arr, out, code, reduce_op, prescale, postscale, process_set);
   } catch (...) {
-    if (t_interrupted == h) keep.append(out);
+    if (t_interrupted >= 0) keep.append(out);
     throw;
   }
   return std::move(out);
