@@ -150,6 +150,7 @@ def main(hvd):
         if path == "hierarchical":
             info["riders"] = repeated(hvd, hvd.global_process_set, path, bad)
             info["vote_rider_bytes"] = int(_core.engine_report(0)["vote_rider_bytes"])
+            info["negotiation"] = _core.engine_report(0)["negotiation"]
         if path == "flat":
             info["ring_hold_us"] = _core.engine_report(0)["ring_hold_us"]
             info["rings"] = rings(hvd, bad)
@@ -168,6 +169,7 @@ def main(hvd):
         if r in ps.ranks:
             run_all(hvd, ps, f"span{ps.ranks}", bad)
             info[f"riders{ps.ranks}"] = repeated(hvd, ps, f"span{ps.ranks}", bad)
+            info[f"negotiation{ps.ranks}"] = _core.engine_report(ps.process_set_id)["negotiation"]
     hvd.barrier()
     hvd.shutdown()
     return {"bad": bad, "seen": seen, "info": info}
@@ -236,6 +238,26 @@ def test_small_cached_allreduces_ride_with_the_vote_in_every_set(job):
                 assert info[f"riders{ranks}"] > 0, f"rank {r}: none rode in the set {ranks}"
 
 
+def test_the_vote_goes_through_the_hosts_leaders_where_a_host_has_several_ranks(job):
+    """Where some host runs two or more of a set's ranks, the vote (and its riders)
+    goes through shared memory inside each host and one message between the hosts'
+    leaders (csrc/engine/hosts_vote.h); with one rank per host, from every rank to
+    every rank. The riders' results are checked with the rest. On 2x2 the set [1, 2, 3]
+    has a host with a lone rank (its own leader) and one with two."""
+    hosts, slots, _, results = job
+    n = hosts * slots
+    spans = [[0, n - 1]] + ([[1, 2]] if n >= 4 else []) + ([list(range(1, n))] if n >= 3 else [])
+    host = lambda rank: rank // slots
+    for r, res in enumerate(results):
+        info = res["info"]
+        assert info["negotiation"] == ("hosts" if slots > 1 else "transport"), (r, info["negotiation"])
+        for ranks in spans:
+            if r in ranks:
+                shared = len({host(m) for m in ranks}) < len(ranks)
+                assert info[f"negotiation{ranks}"] == ("hosts" if shared else "transport"), \
+                    (r, ranks, info[f"negotiation{ranks}"])
+
+
 def test_rings_are_held_back_across_hosts_and_sent_when_a_peer_needs_one(job):
     """Across hosts a wake-up waits 50 us into the round's vote: dropped where every
     peer came anyway, sent where one waits to be woken (rings(); the results of its
@@ -255,6 +277,45 @@ def test_rings_are_held_back_across_hosts_and_sent_when_a_peer_needs_one(job):
         # longer on 2 cores, so there most rings still go out; nothing is asserted.
         for r, e in enumerate(every):
             assert e["lockstep.saved"] >= 1, f"rank {r}: every ring went out in lockstep: {e}"
+
+
+HOSTS_VOTE = r'''
+def main(hvd):
+    import hashlib, os
+    from horovodlite._loader import _core
+    got = {}
+    for spelling in (None, "HOROVODLITE_HOSTS_VOTE", "HOROVOD_HOSTS_VOTE"):
+        for p in ("HOROVODLITE_HOSTS_VOTE", "HOROVOD_HOSTS_VOTE"):
+            os.environ.pop(p, None)
+        if spelling:
+            os.environ[spelling] = "0"
+        hvd.init()
+        r = hvd.rank()
+        before = _core.stats(0)["rider_groups"]
+        x = np.random.default_rng(r).standard_normal(1001).astype(np.float32)
+        outs = [hvd.allreduce(x * (i + 1), name="hv") for i in range(5)]
+        got[spelling] = (_core.engine_report(0)["negotiation"],
+                         _core.stats(0)["rider_groups"] - before,
+                         hashlib.sha1(np.concatenate(outs).tobytes()).hexdigest())
+        hvd.shutdown()
+    return got
+'''
+
+
+def test_hosts_vote_setting_under_both_spellings(local_cluster):
+    """HOROVODLITE_HOSTS_VOTE / HOROVOD_HOSTS_VOTE=0 on 2x2 hosts: the vote goes from
+    every rank to every rank instead (unset: through the hosts' leaders). Riders ride
+    either way and fold in rank order, so the results are the same bits."""
+    with local_cluster(2, 2) as c:
+        MADE.update(c.names, [c.bridge])
+        results = run(4, HOSTS_VOTE, timeout=300, cluster=c)
+    for r, got in enumerate(results):
+        assert got[None][0] == "hosts", (r, got)
+        for spelling in ("HOROVODLITE_HOSTS_VOTE", "HOROVOD_HOSTS_VOTE"):
+            assert got[spelling][0] == "transport", (r, spelling, got)
+        assert all(g[1] > 0 for g in got.values()), (r, got)  # riders rode each time
+        assert len({g[2] for g in got.values()}) == 1, (r, got)
+    assert len({got[None][2] for got in results}) == 1  # and alike on every rank
 
 
 FALLBACK = r'''

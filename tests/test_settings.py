@@ -284,6 +284,8 @@ def test_elastic_settings_are_honoured_under_both_spellings(monkeypatch):
 # unset: setting -> the test.
 ELSEWHERE = {
     "START_TIMEOUT": "test_faults.py::test_init_with_a_rank_that_does_not_arrive_fails_after_the_start_timeout",
+    # it needs several hosts with several ranks on one of them
+    "HOSTS_VOTE": "test_multihost.py::test_hosts_vote_setting_under_both_spellings",
 }
 
 

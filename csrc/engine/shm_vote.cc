@@ -10,15 +10,16 @@ namespace hvdl {
 // start vote v+2 (overwriting v's buffer) after every peer published v+1, i.e. after
 // every peer finished reading v. Counter 0 is the number of the last vote published;
 // counters 1 and 2 the lengths of the odd and even votes' messages (published first).
-std::unique_ptr<ShmVote> ShmVote::create(Transport& group, size_t capacity) {
+std::unique_ptr<ShmVote> ShmVote::create(Transport& group, size_t capacity, ShmVoteOptions o) {
   capacity = (capacity + 63) & ~size_t(63);  // each buffer on its own cache lines
   auto w = ShmWindow::create(group, 2 * capacity);
   if (!w) return nullptr;
-  return std::unique_ptr<ShmVote>(new ShmVote(std::move(w), group, capacity));
+  return std::unique_ptr<ShmVote>(new ShmVote(std::move(w), group, capacity, o));
 }
 
-ShmVote::ShmVote(std::unique_ptr<ShmWindow> w, Transport& group, size_t capacity)
-    : window_(std::move(w)), group_(group), capacity_(capacity) {}
+ShmVote::ShmVote(std::unique_ptr<ShmWindow> w, Transport& group, size_t capacity,
+                 ShmVoteOptions o)
+    : window_(std::move(w)), group_(group), capacity_(capacity), options_(o) {}
 
 char* ShmVote::buffer(int rank, uint64_t vote) const {
   return window_->data(rank) + (vote % 2) * capacity_;
@@ -33,7 +34,7 @@ void ShmVote::exchange(size_t bytes) {
   const uint64_t v = ++votes_;
   window_->publish(1 + static_cast<int>(v % 2), bytes);
   window_->publish(0, v);  // release: the message is visible to whoever sees v
-  ShmWindow::Waiter wait(*window_);
+  ShmWindow::Waiter wait(*window_, options_.spin);
   auto checked = std::chrono::steady_clock::now();
   for (int p = 0; p < window_->size(); ++p) {
     if (p == window_->rank()) continue;
@@ -49,6 +50,7 @@ void ShmVote::exchange(size_t bytes) {
         if (window_->counter(p, 0) >= v) break;
         throw;
       }
+      if (options_.rings) options_.rings->tend_vote(false);
       auto now = std::chrono::steady_clock::now();
       if (now - checked >= std::chrono::milliseconds(1)) {
         checked = now;

@@ -16,12 +16,22 @@
 
 namespace hvdl {
 
+struct ShmVoteOptions {
+  // false: waits yield the core from the start (ShmWindow::Waiter), for a vote whose
+  // peers are often a network round trip away (hosts_vote.h).
+  bool spin = true;
+  // A transport whose held ring (held_ring.h) the waits tend (Transport::tend_vote),
+  // where the vote is part of that transport's round; nullptr: none.
+  Transport* rings = nullptr;
+};
+
 class ShmVote final : public VoteExchange {
  public:
   // Collective over `group` (all on this host): messages of up to `capacity` bytes.
   // nullptr on every rank when the segment cannot be made (the vote then goes
   // through the transport).
-  static std::unique_ptr<ShmVote> create(Transport& group, size_t capacity);
+  static std::unique_ptr<ShmVote> create(Transport& group, size_t capacity,
+                                         ShmVoteOptions o = {});
 
   size_t capacity() const override { return capacity_; }
   char* outbox() override { return buffer(window_->rank(), votes_ + 1); }
@@ -35,12 +45,13 @@ class ShmVote final : public VoteExchange {
   bool carries_negotiation() const override { return true; }
 
  private:
-  ShmVote(std::unique_ptr<ShmWindow> w, Transport& group, size_t capacity);
+  ShmVote(std::unique_ptr<ShmWindow> w, Transport& group, size_t capacity, ShmVoteOptions o);
   char* buffer(int rank, uint64_t vote) const;
 
   std::unique_ptr<ShmWindow> window_;
   Transport& group_;
   size_t capacity_;
+  ShmVoteOptions options_;
   uint64_t votes_ = 0;  // how many this rank has published
 };
 

@@ -10,6 +10,7 @@
 #include "collective_op.h"
 #include "fault_injection.h"
 #include "fusion_planner.h"
+#include "hosts_vote.h"
 #include "ops/op_util.h"
 #include "../collectives/ring_allreduce.h"
 #include "../collectives/shm_allreduce.h"
@@ -91,11 +92,16 @@ Worker::Worker(std::unique_ptr<Transport> t, EngineParams p, int id, EngineState
   // Callers run their own small rounds (help()) where the whole set shares this host:
   // a lone 4 KiB allreduce on 2 ranks went from 10.6-11.1 to 9.1-9.5 us. Across hosts
   // it measured slower (mean per call, 2x1 hosts 36.5-36.8 -> 43-47 us, 3x1 95-127 ->
-  // 131-205 us), so there the set's thread keeps them unless asked: the same on every
-  // rank (same hosts), though nothing needs it to be.
+  // 131-205 us), so there the set's thread keeps them unless asked. Where the vote
+  // goes through the hosts' leaders (hosts_vote.h), though, more ranks than cores
+  // share a host's cores, and the hand-off waits for the scheduler: 4 KiB on 2x2
+  // simulated hosts took 57 us against 64-107 us with the set's thread running it,
+  // on 3x2 200 against 296 us. The same on every rank (same hosts), though nothing
+  // needs it to be.
+  const bool callers_by_default = on_one_host(host_of_member) || hosts_vote_;
   caller_runs_bytes_ = static_cast<size_t>(std::max<long long>(
       0, p.settings.integer_or(Setting::CALLER_RUNS_BYTES,
-                               on_one_host(host_of_member) ? kAutoCallerRunsBytes : 0)));
+                               callers_by_default ? kAutoCallerRunsBytes : 0)));
   shown_.fusion_threshold = p.fusion_threshold;
   shown_.cycle_time_ms = p.cycle_time_ms;
   shown_.segment_bytes = p.segment_bytes;
@@ -134,10 +140,16 @@ void Worker::setup_vote(const std::vector<int>& host_of_member) {
     rider_fold_ = params_.settings.flag(Setting::SHM) ? RiderFold::BLOCKS : RiderFold::RANK_ORDER;
     controller_.set_vote(std::move(v), rider_max, riders);
   } else if (rider_max > 0 && n >= 2 && n <= kMaxRiderRanks) {
-    // As the pair exchange folds (rank order).
+    // As the pair exchange folds (rank order); through the hosts' leaders every rank
+    // still reads every rider, so the fold is the same.
     rider_fold_ = RiderFold::RANK_ORDER;
-    controller_.set_vote(make_transport_vote_exchange(*transport_, controller_.message_bytes(rider_max)),
-                         rider_max, riders);
+    const size_t bytes = controller_.message_bytes(rider_max);
+    std::unique_ptr<VoteExchange> x;
+    if (params_.settings.flag(Setting::HOSTS_VOTE))
+      x = HostsVote::create(*transport_, host_of_member, bytes);
+    hosts_vote_ = x != nullptr;
+    if (!x) x = make_transport_vote_exchange(*transport_, bytes);
+    controller_.set_vote(std::move(x), rider_max, riders);
   }
 }
 
@@ -164,7 +176,7 @@ std::map<std::string, std::string> Worker::report() const {
       {"allreduce", allreduce_algorithm()},
       {"wakeup", doorbell_ ? "futex" : "poll"},
       {"ring_hold_us", s(ring_hold_.count())},
-      {"negotiation", shm_vote_ ? "shm" : "transport"},
+      {"negotiation", shm_vote_ ? "shm" : hosts_vote_ ? "hosts" : "transport"},
       // What the votes really carry (0: no riders), not just what was asked for.
       {"vote_rider_bytes", s(controller_.rider_bytes())},
       {"caller_runs_bytes", s(caller_runs_bytes_)},

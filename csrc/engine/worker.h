@@ -152,6 +152,7 @@ class Worker {
   DeviceSet devices_;  // host memory and the GPU this process uses, with their buffers
   std::unique_ptr<Doorbell> doorbell_;  // null: wake-ups through the transport, polled
   bool shm_vote_ = false;  // the vote goes through shared memory (else the transport)
+  bool hosts_vote_ = false;  // through shared memory and the hosts' leaders (hosts_vote.h)
   // How a rider's result is folded: as the path the tensor would otherwise take does,
   // so that its bits do not depend on whether it rode.
   enum class RiderFold { RANK_ORDER, BLOCKS };

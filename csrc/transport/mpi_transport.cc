@@ -222,9 +222,17 @@ class MpiTransport : public Transport {
   // messages in order, so one tag serves.
   void exchange_all(const void* mine, size_t bytes, void* theirs, size_t stride,
                     size_t* lens) override {
-    // Receives first, then sends; peer i (0..size-2) is rank i, or i + 1 from ours on.
-    const int peers = size_ - 1;
-    auto peer = [this](int i) { return i < rank_ ? i : i + 1; };
+    if (everyone_else_.empty())  // every rank but this one, once
+      for (int p = 0; p < size_; ++p)
+        if (p != rank_) everyone_else_.push_back(p);
+    exchange_with(everyone_else_, mine, bytes, theirs, stride, lens);
+  }
+
+  void exchange_with(const std::vector<int>& with, const void* mine, size_t bytes, void* theirs,
+                     size_t stride, size_t* lens) override {
+    // Receives first, then sends.
+    const int peers = static_cast<int>(with.size());
+    auto peer = [&with](int i) { return with[i]; };
     xreqs_.resize(2 * peers);
     xstatus_.resize(2 * peers);
     for (int i = 0; i < peers; ++i) {
@@ -242,6 +250,11 @@ class MpiTransport : public Transport {
       check(MPI_Get_count(&xstatus_[i], MPI_BYTE, &got), "MPI_Get_count");
       lens[peer(i)] = static_cast<size_t>(got);
     }
+  }
+
+  void tend_vote(bool done) override {
+    if (done) held_.joined();
+    else if (uint64_t due = held_.due()) send_ring(due);
   }
 
   void barrier() override {
@@ -415,7 +428,8 @@ class MpiTransport : public Transport {
   uint64_t bell_in_ = 0;
   std::vector<uint64_t> bell_out_;
   std::vector<MPI_Request> bell_sends_;
-  std::vector<MPI_Request> xreqs_;  // exchange_all()'s, kept for their capacity
+  std::vector<int> everyone_else_;  // exchange_all()'s peers
+  std::vector<MPI_Request> xreqs_;  // exchange_with()'s, kept for their capacity
   std::vector<MPI_Status> xstatus_;
   HeldRing held_;
 };

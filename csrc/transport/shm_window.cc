@@ -269,18 +269,20 @@ void ShmWindow::check_peers() {
 
 void ShmWindow::Waiter::pause() {
   using namespace std::chrono;
-  if (idle_++ < 256) {  // the usual wait: a peer a few hundred nanoseconds behind
+  if (spin_ && idle_ < 256) {  // the usual wait: a peer a few hundred nanoseconds behind
+    ++idle_;
     cpu_relax();
     return;
   }
   auto now = steady_clock::now();
-  if (idle_ == 257) since_ = checked_ = now;
+  if (idle_ == (spin_ ? 256u : 0u)) since_ = checked_ = now;
+  ++idle_;
   if (now - checked_ >= milliseconds(1)) {
     checked_ = now;
     w_.check_peers();
   }
   auto waited = now - since_;
-  if (waited < microseconds(50)) {
+  if (spin_ && waited < microseconds(50)) {
     cpu_relax();
   } else if (waited < microseconds(500)) {
     sched_yield();

@@ -66,15 +66,17 @@ class ShmWindow {
   // reset() after progress. It spins briefly, then yields, then sleeps, so a rank
   // sharing a core with the peer it waits for lets that peer run. At least every
   // millisecond of waiting it checks the peers and throws std::runtime_error naming
-  // a dead, closed or aborted one.
+  // a dead, closed or aborted one. `spin` false: it yields from the start, for a wait
+  // that is known to outlast a spin (one behind a network round trip).
   class Waiter {
    public:
-    explicit Waiter(ShmWindow& w) : w_(w) {}
+    explicit Waiter(ShmWindow& w, bool spin = true) : w_(w), spin_(spin) {}
     void pause();
     void reset() { idle_ = 0; }
 
    private:
     ShmWindow& w_;
+    bool spin_;
     uint32_t idle_ = 0;
     std::chrono::steady_clock::time_point since_, checked_;
   };

@@ -253,6 +253,15 @@ class TcpTransport : public Transport {
   }
   void broadcast(std::string& bytes, int root) override { base_->broadcast(bytes, root); }
   void barrier() override { base_->barrier(); }
+  void exchange_all(const void* mine, size_t bytes, void* theirs, size_t stride,
+                    size_t* lens) override {
+    base_->exchange_all(mine, bytes, theirs, stride, lens);
+  }
+  void exchange_with(const std::vector<int>& peers, const void* mine, size_t bytes, void* theirs,
+                     size_t stride, size_t* lens) override {
+    base_->exchange_with(peers, mine, bytes, theirs, stride, lens);
+  }
+  void tend_vote(bool done) override { base_->tend_vote(done); }
   std::unique_ptr<Transport> split(int color, int key) override { return base_->split(color, key); }
   void ring(uint64_t round) override { base_->ring(round); }
   uint64_t poll_ring() override { return base_->poll_ring(); }

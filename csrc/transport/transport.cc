@@ -37,4 +37,26 @@ void Transport::exchange_all(const void* mine, size_t bytes, void* theirs, size_
   }
 }
 
+void Transport::exchange_with(const std::vector<int>& peers, const void* mine, size_t bytes,
+                              void* theirs, size_t stride, size_t* lens) {
+  const uint64_t mine_len = bytes;
+  std::vector<uint64_t> got(peers.size());
+  for (size_t i = 0; i < peers.size(); ++i) {
+    irecv(peers[i], &got[i], sizeof got[i]);
+    isend(peers[i], &mine_len, sizeof mine_len);
+  }
+  wait_all();
+  for (size_t i = 0; i < peers.size(); ++i) {
+    const int p = peers[i];
+    if (got[i] > stride)
+      throw std::runtime_error("exchange_with: rank " + std::to_string(p) + " sends " +
+                               std::to_string(got[i]) + " bytes, more than the " +
+                               std::to_string(stride) + " expected");
+    lens[p] = static_cast<size_t>(got[i]);
+    irecv(p, static_cast<char*>(theirs) + p * stride, lens[p]);
+    isend(p, mine, bytes);
+  }
+  wait_all();
+}
+
 }  // namespace hvdl

@@ -44,6 +44,18 @@ class Transport {
   // (engine/controller.h), so it is for small messages among few ranks.
   virtual void exchange_all(const void* mine, size_t bytes, void* theirs, size_t stride,
                             size_t* lens);
+  // The same among `peers` only (ranks of this group, ascending, without this one;
+  // every one of them calls it with its own list): the leaders of hosts
+  // (engine/hosts_vote.h). Here for any transport, two sends and receives per peer
+  // (the length, then the message); over MPI one. It waits as the vote's waits do
+  // (a held ring goes out when due, and is dropped when every peer came).
+  virtual void exchange_with(const std::vector<int>& peers, const void* mine, size_t bytes,
+                             void* theirs, size_t stride, size_t* lens);
+  // A vote that waits outside this transport (hosts_vote.h's shared-memory steps)
+  // calls it while waiting, with `done` false: a held ring (held_ring.h) goes out
+  // once due, as in the transport's own waits; and once with `done` true when the
+  // vote completed (every member came), which drops a ring still held.
+  virtual void tend_vote(bool done) { (void)done; }
 
   // Collective over this group: the ranks passing the same color form a new group,
   // ordered by key. Used to carve the per-host and cross-host groups out of a set.

@@ -1,0 +1,61 @@
+// The negotiation vote of a set that spans hosts with several ranks on some of them,
+// in three steps: the ranks of each host exchange their messages through shared
+// memory (a ShmVote), the host's lowest rank (its leader) sends them all in one
+// message to every other host's leader, and the leader publishes all N messages to
+// its host through the ShmVote again.
+//
+// Why: over the transport (vote_exchange.h) every rank sends its message to every
+// other rank, so on 2 hosts x 2 ranks a round is 12 messages of which 8 cross the
+// network, each a TCP send and a wake-up on cores the ranks share. Here a round is
+// one message each way between the leaders; the rest is memory. The leaders exchange
+// over the set's own transport (Transport::exchange_with), and every wait tends the
+// set's held ring, as the vote over the transport does (held_ring.h). Every rank still
+// reads every rank's message, so what the round decides, and a rider's fold (in rank
+// order, controller.h), is the same as over the transport.
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "../transport/transport.h"
+#include "shm_vote.h"
+#include "vote_exchange.h"
+
+namespace hvdl {
+
+class HostsVote final : public VoteExchange {
+ public:
+  // Collective over `set`, whose rank i runs on host hosts[i]: messages of up to
+  // `capacity` bytes. nullptr on every rank alike where the topology gains nothing
+  // (one host, or one rank per host) or some host's shared memory cannot be made.
+  static std::unique_ptr<HostsVote> create(Transport& set, const std::vector<int>& hosts,
+                                           size_t capacity);
+
+  size_t capacity() const override { return capacity_; }
+  char* outbox() override { return local_ ? local_->outbox() : own_.data(); }
+  void exchange(size_t bytes) override;
+  const char* inbox(int p) const override { return all_ + head_ + p * capacity_; }
+  size_t length(int p) const override;
+
+ private:
+  HostsVote() = default;
+  // The leader's message of all N: [N lengths][N slots of capacity_ bytes].
+  void assemble(char* into, size_t mine);
+
+  size_t capacity_ = 0, head_ = 0;
+  int n_ = 0;
+  bool leader_ = false;
+  std::vector<int> host_ranks_;           // this host's set ranks, in local rank order
+  std::vector<std::vector<int>> hosts_;   // every host's set ranks, by their leader's rank
+  Transport* set_ = nullptr;              // the leaders' exchange, and the held ring
+  std::vector<int> leaders_;              // the other hosts' leaders (a leader's)
+  std::unique_ptr<Transport> local_t_;    // this host's ranks (the ShmVote's health)
+  std::unique_ptr<ShmVote> local_;        // null where this host has one rank
+  std::vector<char> own_;                 // a lone rank's outbox and assembled message
+  std::vector<char> packs_, theirs_;      // the leaders' exchange: mine, and the others'
+  std::vector<size_t> pack_lens_;
+  std::vector<const char*> msgs_;         // this host's messages in a round
+  std::vector<size_t> lens_;
+  const char* all_ = nullptr;             // after exchange(): the assembled message
+};
+
+}  // namespace hvdl
