@@ -10,6 +10,10 @@
 
 namespace hvdl {
 
+// `bytes` rounded up to whole 64-byte cache lines (a buffer that shares no line with
+// its neighbour, so ranks writing side by side do not bounce lines).
+inline size_t cache_lines(size_t bytes) { return (bytes + 63) & ~size_t(63); }
+
 // Where the memory lives is the implementation's business (host here, a GPU's memory
 // in engine/cuda_device.cc); algorithms only ask for room.
 class Buffer {

@@ -1,15 +1,13 @@
 #include "hosts_vote.h"
 
-#include <cstring>
 #include <algorithm>
+#include <cstring>
 #include <map>
 #include <stdexcept>
 
-namespace hvdl {
+#include "../common/buffer.h"
 
-namespace {
-size_t lines(size_t bytes) { return (bytes + 63) & ~size_t(63); }
-}  // namespace
+namespace hvdl {
 
 std::unique_ptr<HostsVote> HostsVote::create(Transport& set, const std::vector<int>& hosts,
                                              size_t capacity) {
@@ -21,9 +19,8 @@ std::unique_ptr<HostsVote> HostsVote::create(Transport& set, const std::vector<i
   if (by_host.size() < 2 || by_host.size() == static_cast<size_t>(n)) return nullptr;
 
   std::unique_ptr<HostsVote> v(new HostsVote());
-  v->n_ = n;
-  v->capacity_ = lines(capacity);  // every slot on its own cache lines, words aligned
-  v->head_ = lines(n * sizeof(uint64_t));
+  v->capacity_ = cache_lines(capacity);  // every slot on its own cache lines, words aligned
+  v->head_ = cache_lines(n * sizeof(uint64_t));
   v->host_ranks_ = by_host[hosts[me]];
   v->leader_ = v->host_ranks_.front() == me;
   v->set_ = &set;
@@ -52,17 +49,17 @@ std::unique_ptr<HostsVote> HostsVote::create(Transport& set, const std::vector<i
   for (auto& kv : by_host) {
     v->hosts_.push_back(kv.second);
     widest = std::max(widest, kv.second.size());
-    if (kv.second.front() != me) v->leaders_.push_back(kv.second.front());
   }
-  std::sort(v->leaders_.begin(), v->leaders_.end());
   const size_t pack = widest * (sizeof(uint64_t) + v->capacity_);
   if (v->leader_) {
+    for (int i = 0; i < n; ++i)  // the other hosts' leaders, ascending (exchange_with)
+      if (i != me && by_host[hosts[i]].front() == i) v->leaders_.push_back(i);
     v->packs_.resize(pack);
     v->theirs_.resize(n * pack);  // exchange_with() puts rank p's at p * pack
     v->pack_lens_.assign(n, 0);
   }
   v->msgs_.resize(v->host_ranks_.size());
-  v->lens_.resize(v->host_ranks_.size());
+  v->msg_lens_.resize(v->host_ranks_.size());
   if (!v->local_) v->own_.resize(v->capacity_ + v->head_ + n * v->capacity_);
   return v;
 }
@@ -89,24 +86,22 @@ static size_t pack_host(char* into, const std::vector<const char*>& msgs,
 void HostsVote::exchange(size_t bytes) {
   if (bytes > capacity_) throw std::logic_error("horovodlite: vote larger than its exchange");
   // 1. This host's ranks see each other's messages.
-  auto& msgs = msgs_;
-  auto& lens = lens_;
   if (local_) {
     local_->exchange(bytes);
-    for (size_t i = 0; i < msgs.size(); ++i) {
-      msgs[i] = local_->inbox(static_cast<int>(i));
-      lens[i] = local_->length(static_cast<int>(i));
+    for (size_t i = 0; i < msgs_.size(); ++i) {
+      msgs_[i] = local_->inbox(static_cast<int>(i));
+      msg_lens_[i] = local_->length(static_cast<int>(i));
     }
   } else {
-    msgs[0] = own_.data();
-    lens[0] = bytes;
+    msgs_[0] = own_.data();
+    msg_lens_[0] = bytes;
   }
   char* all = nullptr;
   size_t all_bytes = 0;
   if (leader_) {
     // 2. The leaders swap their hosts' messages. The local ones stay readable until
     // this rank's next ShmVote exchange (the peers cannot reuse them before).
-    const size_t packed = pack_host(packs_.data(), msgs, lens);
+    const size_t packed = pack_host(packs_.data(), msgs_, msg_lens_);
     const size_t stride = packs_.size();
     set_->exchange_with(leaders_, packs_.data(), packed, theirs_.data(), stride, pack_lens_.data());
     // 3. ... and assemble all N for their hosts: [N lengths][N slots].
@@ -128,7 +123,7 @@ void HostsVote::exchange(size_t bytes) {
         off += len;
       }
     }
-    all_bytes = head_ + n_ * capacity_;
+    all_bytes = head_ + set_->size() * capacity_;
   }
   if (local_) {
     local_->exchange(all_bytes);  // the others publish nothing

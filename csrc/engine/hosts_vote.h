@@ -42,19 +42,18 @@ class HostsVote final : public VoteExchange {
   void assemble(char* into, size_t mine);
 
   size_t capacity_ = 0, head_ = 0;
-  int n_ = 0;
   bool leader_ = false;
   std::vector<int> host_ranks_;           // this host's set ranks, in local rank order
   std::vector<std::vector<int>> hosts_;   // every host's set ranks, by their leader's rank
   Transport* set_ = nullptr;              // the leaders' exchange, and the held ring
-  std::vector<int> leaders_;              // the other hosts' leaders (a leader's)
+  std::vector<int> leaders_;              // a leader's: the other hosts' leaders
   std::unique_ptr<Transport> local_t_;    // this host's ranks (the ShmVote's health)
   std::unique_ptr<ShmVote> local_;        // null where this host has one rank
   std::vector<char> own_;                 // a lone rank's outbox and assembled message
   std::vector<char> packs_, theirs_;      // the leaders' exchange: mine, and the others'
   std::vector<size_t> pack_lens_;
   std::vector<const char*> msgs_;         // this host's messages in a round
-  std::vector<size_t> lens_;
+  std::vector<size_t> msg_lens_;
   const char* all_ = nullptr;             // after exchange(): the assembled message
 };
 

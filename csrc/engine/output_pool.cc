@@ -4,6 +4,8 @@
 #include <new>
 #include <vector>
 
+#include "../common/buffer.h"
+
 
 namespace hvdl {
 
@@ -31,7 +33,7 @@ void OutputPool::set_limit(size_t bytes) {
 
 std::shared_ptr<void> OutputPool::allocate(size_t bytes) {
   if (bytes < kPooledFrom) {
-    size_t cap = (bytes + 63) & ~size_t(63);
+    size_t cap = cache_lines(bytes);
     void* p = std::aligned_alloc(64, cap ? cap : 64);
     if (!p) throw std::bad_alloc();
     return std::shared_ptr<void>(p, std::free);

@@ -2,6 +2,7 @@
 
 #include <stdexcept>
 
+#include "../common/buffer.h"
 #include "../transport/peer_health.h"
 
 namespace hvdl {
@@ -11,7 +12,7 @@ namespace hvdl {
 // every peer finished reading v. Counter 0 is the number of the last vote published;
 // counters 1 and 2 the lengths of the odd and even votes' messages (published first).
 std::unique_ptr<ShmVote> ShmVote::create(Transport& group, size_t capacity, ShmVoteOptions o) {
-  capacity = (capacity + 63) & ~size_t(63);  // each buffer on its own cache lines
+  capacity = cache_lines(capacity);  // each buffer on its own cache lines
   auto w = ShmWindow::create(group, 2 * capacity);
   if (!w) return nullptr;
   return std::unique_ptr<ShmVote>(new ShmVote(std::move(w), group, capacity, o));

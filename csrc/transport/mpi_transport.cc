@@ -78,6 +78,8 @@ class MpiTransport : public Transport {
       if (std::find(watched_.begin(), watched_.end(), r) == watched_.end()) watched_.push_back(r);
     MPI_Comm_rank(data_, &rank_);
     MPI_Comm_size(data_, &size_);
+    for (int p = 0; p < size_; ++p)
+      if (p != rank_) everyone_else_.push_back(p);
     bell_out_.assign(size_, 0);
     post_bell_recv();
   }
@@ -222,9 +224,6 @@ class MpiTransport : public Transport {
   // messages in order, so one tag serves.
   void exchange_all(const void* mine, size_t bytes, void* theirs, size_t stride,
                     size_t* lens) override {
-    if (everyone_else_.empty())  // every rank but this one, once
-      for (int p = 0; p < size_; ++p)
-        if (p != rank_) everyone_else_.push_back(p);
     exchange_with(everyone_else_, mine, bytes, theirs, stride, lens);
   }
 
