@@ -30,16 +30,36 @@ import horovodlite as hvd
 
 def wait_for_ranks(me, ranks, limit=15):
     # Notes that rank `me` got this far, then waits (at most `limit` s) until every
-    # rank of `ranks` has too. For jobs where the first survivor to exit ends the job:
-    # the default launcher kills the rest when a rank exits without finalizing a
-    # broken world. The farewell that rank says first only tells the other ranks
-    # that it left; it does not stop the launcher, so every survivor reports first.
+    # rank of `ranks` has too.
     import time
     open(os.path.join(_out, f"reached{{me}}"), "w").close()
     deadline = time.time() + limit
     while time.time() < deadline and not all(
             os.path.exists(os.path.join(_out, f"reached{{q}}")) for q in ranks):
         time.sleep(0.05)
+
+
+_report_with = ()
+
+
+def report_together(ranks):
+    # For jobs where the first survivor to exit ends the job: the default launcher kills
+    # the rest when a rank exits without finalizing a broken world (the farewell it says
+    # tells the other ranks, not the launcher). After main() returns, each rank writes its
+    # result and then waits (at most 15 s) until every rank of `ranks` has written its
+    # own, so no survivor leaves before the others' results are on disk. (Waiting for
+    # each other before writing is not enough: the last to arrive could exit while
+    # another still sleeps in its poll, and the launcher would kill that one unwritten.)
+    global _report_with
+    _report_with = tuple(ranks)
+
+
+def _await_reports(limit=15):
+    import time
+    deadline = time.time() + limit
+    while time.time() < deadline and not all(
+            os.path.exists(os.path.join(_out, f"rank{{q}}.pkl")) for q in _report_with):
+        time.sleep(0.02)
 """
 
 _EPILOGUE = """
@@ -53,8 +73,12 @@ def _run():
     except BaseException as e:  # reported to the test, which re-raises it
         rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", "0"))
         result = ("error", f"{{type(e).__name__}}: {{e}}", traceback.format_exc())
-    with open(os.path.join(_out, f"rank{{rank}}.pkl"), "wb") as f:
+    # Written whole, then renamed: a rank the launcher kills mid-write leaves no torn file.
+    path = os.path.join(_out, f"rank{{rank}}.pkl")
+    with open(path + ".part", "wb") as f:
         pickle.dump(result, f)
+    os.replace(path + ".part", path)
+    _await_reports()
     if _init_kwargs is not None:
         hvd.shutdown()
 

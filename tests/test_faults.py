@@ -666,9 +666,7 @@ def test_add_process_set_with_a_frozen_rank_fails_instead_of_hanging():
             out = ("added", time.time() - t)
         except Exception as e:
             out = (str(e), time.time() - t)
-        # A survivor that exits after giving up ends the job under the default launcher
-        # (it does not finalize a broken world): let the other survivor report first.
-        wait_for_ranks(hvd.rank(), (0, 1))  # both survivors report first
+        report_together((0, 1))  # both survivors report before either leaves
         return out
     """, timeout=120, allow_failure=True, init_kwargs={"process_sets": "dynamic"},
         env={"HOROVODLITE_PEER_TIMEOUT_SECONDS": str(PEER_TIMEOUT)})
@@ -702,7 +700,7 @@ def test_a_failure_one_rank_sees_is_told_to_the_others():
             out = ("finished", time.time() - t)
         except Exception as e:
             out = (str(e), time.time() - t)
-        wait_for_ranks(rank, (0, 1))  # both survivors report first
+        report_together((0, 1))  # both survivors report before either leaves
         return out
     """, timeout=120, allow_failure=True, init=False)
     for r in (0, 1):
@@ -730,7 +728,7 @@ def main(hvd):
         hvd.shutdown()
     except Exception as e:
         out = (str(e), type(e).__name__, time.time() - t)
-    wait_for_ranks(rank, (0, 1))  # both survivors report first
+    report_together((0, 1))  # both survivors report before either leaves
     return out
 """
 

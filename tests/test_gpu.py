@@ -302,7 +302,7 @@ def main(hvd):
         out = ("finished", "", time.time() - t)
     except Exception as e:
         out = (str(e), type(e).__name__, time.time() - t)
-    wait_for_ranks(hvd.rank(), (0, 1))  # both survivors report first
+    report_together((0, 1))  # both survivors report before either leaves
     return out
 """, timeout=180, allow_failure=True, env={"HOROVODLITE_PEER_TIMEOUT_SECONDS": "3"})
     for r in (0, 1):
