@@ -28,15 +28,18 @@ _out = {out!r}
 _init_kwargs = {init_kwargs!r}
 import horovodlite as hvd
 
-def wait_for_ranks(me, ranks, limit=15):
-    # Notes that rank `me` got this far, then waits (at most `limit` s) until every
-    # rank of `ranks` has too.
+def _await_files(names, limit=15):
+    # Waits (at most `limit` s) until every file of `names` exists in the job's folder.
     import time
-    open(os.path.join(_out, f"reached{{me}}"), "w").close()
     deadline = time.time() + limit
-    while time.time() < deadline and not all(
-            os.path.exists(os.path.join(_out, f"reached{{q}}")) for q in ranks):
-        time.sleep(0.05)
+    while time.time() < deadline and not all(os.path.exists(os.path.join(_out, f)) for f in names):
+        time.sleep(0.02)
+
+
+def wait_for_ranks(me, ranks, limit=15):
+    # Notes that rank `me` got this far, then waits until every rank of `ranks` has too.
+    open(os.path.join(_out, f"reached{{me}}"), "w").close()
+    _await_files([f"reached{{q}}" for q in ranks], limit)
 
 
 _report_with = ()
@@ -52,14 +55,6 @@ def report_together(ranks):
     # another still sleeps in its poll, and the launcher would kill that one unwritten.)
     global _report_with
     _report_with = tuple(ranks)
-
-
-def _await_reports(limit=15):
-    import time
-    deadline = time.time() + limit
-    while time.time() < deadline and not all(
-            os.path.exists(os.path.join(_out, f"rank{{q}}.pkl")) for q in _report_with):
-        time.sleep(0.02)
 """
 
 _EPILOGUE = """
@@ -78,7 +73,7 @@ def _run():
     with open(path + ".part", "wb") as f:
         pickle.dump(result, f)
     os.replace(path + ".part", path)
-    _await_reports()
+    _await_files([f"rank{{q}}.pkl" for q in _report_with])
     if _init_kwargs is not None:
         hvd.shutdown()
 
