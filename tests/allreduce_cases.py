@@ -353,10 +353,11 @@ def run_segments(hvd):
     return ck.result()
 
 
-def run_repeated(hvd, process_set=None, repeats=3):
+def run_repeated(hvd, process_set=None, repeats=3, unnamed=False):
     """Synchronous allreduces one at a time, each name called `repeats` times with new
     data: from the second call on the response cache answers, and on a set of two
-    ranks a small one rides with the vote (HOROVODLITE_VOTE_RIDER_BYTES). Every op x
+    ranks a small one rides with the vote (HOROVODLITE_VOTE_RIDER_BYTES). `unnamed`:
+    the same calls without names (each a new name the cache never answers). Every op x
     dtype, out of place and in place, postscale and prescale (which never rides), and
     one tensor above the rider limit. Returns the set's rider count, and how many of its
     rounds a blocked caller ran itself, with the results."""
@@ -377,18 +378,18 @@ def run_repeated(hvd, process_set=None, repeats=3):
             data = f"{key}#{rep}"  # same name (cached), other data each time
             op = OPS[opname]
             x = make_input(dt, shape, op, r, n, data)
-            got = hvd.allreduce(x, op=op, name=key, **kw)
+            got = hvd.allreduce(x, op=op, name=None if unnamed else key, **kw)
             ck.check(f"{data}", got, reference(all_inputs(dt, shape, op, n, data), op))
             y = make_input(dt, shape, op, r, n, data + "/in")
-            hvd.allreduce_(y, op=op, name=key + "/in", **kw)
+            hvd.allreduce_(y, op=op, name=None if unnamed else key + "/in", **kw)
             ck.check(f"{data}/in", y, reference(all_inputs(dt, shape, op, n, data + "/in"), op))
         for dt in ("float32", "int32"):
             for pre, post in ((1.0, 3.0), (0.5, 1.0)):
                 key = f"rep/scaled/{dt}/{pre}/{post}"
                 data = f"{key}#{rep}"
                 x = make_input(dt, (33,), SUM, r, n, data)
-                got = hvd.allreduce(x, op=SUM, prescale_factor=pre, postscale_factor=post, name=key,
-                                    **kw)
+                got = hvd.allreduce(x, op=SUM, prescale_factor=pre, postscale_factor=post,
+                                    name=None if unnamed else key, **kw)
                 ck.check(data, got, reference(all_inputs(dt, (33,), SUM, n, data), SUM, pre, post))
     after = _core.stats(ps.process_set_id)
     res = ck.result()

@@ -147,16 +147,16 @@ def test_cached_allreduces_riding_with_the_vote_on_two_ranks(env, rides):
             assert r["rider_groups"] == 0, f"rank {rank}: {r['rider_groups']} rode with riders off"
 
 
-def _repeated_in_whole_and_pair(env):
+def _repeated_in_whole_and_pair(env, unnamed=False):
     """C.run_repeated on three ranks, in the global set and in the set of ranks 0 and
     2; checks every result against numpy and bitwise across each set's ranks, and
     returns each member's counters as {(set, rank): result}."""
-    res = run(3, PRELUDE.format(tests=_tests_dir()) + textwrap.dedent("""
+    res = run(3, PRELUDE.format(tests=_tests_dir()) + textwrap.dedent(f"""
     def main(hvd):
         pair = hvd.ProcessSet([0, 2])
         hvd.init(process_sets=[pair])
-        return {"whole": C.run_repeated(hvd, repeats=2),
-                "pair": C.run_repeated(hvd, process_set=pair, repeats=2)}
+        return {{"whole": C.run_repeated(hvd, repeats=2, unnamed={unnamed}),
+                 "pair": C.run_repeated(hvd, process_set=pair, repeats=2, unnamed={unnamed})}}
     """), env=env, init=False, timeout=300)
     assert res[1]["pair"]["rider_groups"] is None  # not a member
     out = {}
@@ -196,6 +196,41 @@ def test_riders_on_three_ranks_in_the_whole_set_and_a_pair(env):
     the set's ranks."""
     for key, got in _repeated_in_whole_and_pair(env).items():
         assert got["rider_groups"] > 0, f"{key}: no allreduce rode with the vote"
+
+
+def _unnamed_everywhere(env):
+    """C.run_repeated's calls unnamed, on two ranks and on three (the global set and a
+    pair): every result numpy's and bitwise equal across the set's ranks; returns each
+    member's result as {(set, rank): result}."""
+    two = run_cases(2, """
+    def main(hvd):
+        return C.run_repeated(hvd, repeats=2, unnamed=True)
+    """, env=env)
+    got = {("two", r): two[r] for r in range(2)}
+    got.update(_repeated_in_whole_and_pair(env, unnamed=True))
+    return got
+
+
+def test_unnamed_calls_answered_and_carried_by_the_vote():
+    """An unnamed call is a new name each time, which the cache never answers. Through
+    the shared-memory vote every rank's request goes with the vote, and when all asked
+    for the same one each rank answers it as rank 0 would, the call's input riding
+    along: one exchange, as for a cached tensor. Every op x dtype unnamed, on two and
+    three ranks: numpy's results, bitwise equal across ranks; riding by default, not
+    with riders off or the vote over MPI; and bitwise the same with riders and without
+    (a rider is folded as the window folds)."""
+    ways = {"shm-vote": _unnamed_everywhere({}),
+            "riders-off": _unnamed_everywhere({"HOROVODLITE_VOTE_RIDER_BYTES": "0"}),
+            "mpi-vote": _unnamed_everywhere(NO_SHM_VOTE)}
+    for way, got in ways.items():
+        for key, g in got.items():
+            if way == "shm-vote":
+                assert g["rider_groups"] > 0, f"{key}: no unnamed call rode with the vote"
+            else:
+                assert g["rider_groups"] == 0, f"{way} {key}: {g['rider_groups']} rode"
+    for key, g in ways["shm-vote"].items():
+        assert g["digests"] == ways["riders-off"][key]["digests"], \
+            f"{key}: bits differ with riders and without"
 
 
 def test_riders_fold_as_the_shared_memory_window_does():

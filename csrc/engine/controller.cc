@@ -12,6 +12,26 @@ namespace hvdl {
 namespace {
 // Stored inverted, so the AND of all ranks is a NOR.
 constexpr uint64_t kNothingToSend = 1, kNoShutdown = 2, kNoTimeline = 4, kNotArriving = 8;
+// Not inverted: rank 0 sets it when its coordinator holds nothing (and it publishes and
+// records nothing this round), every other rank always; the AND is rank 0's word.
+constexpr uint64_t kCoordinatorIdle = 16;
+
+// What this rank's request would be answered with if every rank sent the same: the
+// fields the engine asks of a rider (Worker::rider_for). Whether it may ride is
+// decided again on the answer every rank agrees on.
+Response as_if_agreed(const Request& q) {
+  Response r;
+  r.name = q.name;
+  r.op = q.op;
+  r.dtype = q.dtype;
+  r.shape = q.shape;
+  r.reduce_op = q.reduce_op;
+  r.prescale = q.prescale;
+  r.postscale = q.postscale;
+  r.device = q.device;
+  if (!q.error.empty()) r.error = q.error;
+  return r;
+}
 }
 
 Controller::Controller(Transport& t, size_t cache_capacity, double stall_warn_s,
@@ -64,9 +84,10 @@ RoundResult Controller::round(std::vector<Request> fresh, bool want_shutdown, Ti
   // [flags][ready bits][valid bits][not-ready bits, whose AND says which are ready
   // somewhere]
   std::vector<uint64_t> vote(1 + 3 * words_, 0);
+  const bool coordinator_idle = !coord_ || (coord_->idle() && !coord_errors && !publish && !timeline);
   vote[0] = (unsent_.empty() && !coord_errors && !publish ? kNothingToSend : 0) |
             (want_shutdown ? 0 : kNoShutdown) | (timeline ? 0 : kNoTimeline) |
-            (arriving ? 0 : kNotArriving);
+            (arriving ? 0 : kNotArriving) | (coordinator_idle ? kCoordinatorIdle : 0);
   for (auto& kv : pending_cached_) vote[1 + kv.first / 64] |= uint64_t(1) << (kv.first % 64);
   for (size_t w = 0; w < words_; ++w) {
     vote[1 + words_ + w] = ~uint64_t(0);
@@ -74,15 +95,24 @@ RoundResult Controller::round(std::vector<Request> fresh, bool want_shutdown, Ti
   }
   for (uint32_t b : invalidate_) vote[1 + words_ + b / 64] &= ~(uint64_t(1) << (b % 64));
   invalidate_.clear();
-  int64_t rider_bit = -1;
-  if (exchange_) rider_bit = exchange_vote(vote);
-  else t_.allreduce_and(vote.data(), vote.size());
+  uint64_t rider_tag = 0;
+  if (exchange_) {
+    std::string requests;
+    const bool carry = exchange_->carries_negotiation();
+    if (carry && !unsent_.empty()) requests = encode_requests(unsent_);
+    rider_tag = exchange_vote(vote, carry ? &requests : nullptr);
+  } else {
+    t_.allreduce_and(vote.data(), vote.size());
+  }
+  const int64_t rider_bit =
+      rider_tag && rider_tag != kUncachedRider ? static_cast<int64_t>(rider_tag - 1) : -1;
   res.shutdown = !(vote[0] & kNoShutdown);
   bool do_gather = !(vote[0] & kNothingToSend);
   const bool timeline_now = !(vote[0] & kNoTimeline);
 
   // Invalidated bits are dropped everywhere; requests waiting on them go to the
-  // coordinator in this very round.
+  // coordinator in this very round (not in the vote: a gather).
+  bool invalidated = false;
   for (size_t w = 0; w < words_; ++w) {
     uint64_t invalid = ~vote[1 + words_ + w];
     while (invalid) {
@@ -91,7 +121,7 @@ RoundResult Controller::round(std::vector<Request> fresh, bool want_shutdown, Ti
       if (b >= cache_.capacity()) continue;
       requeue(b);
       cache_.erase(b);
-      do_gather = true;
+      do_gather = invalidated = true;
       vote[1 + w] &= ~(uint64_t(1) << (b % 64));
     }
   }
@@ -130,10 +160,30 @@ RoundResult Controller::round(std::vector<Request> fresh, bool want_shutdown, Ti
 
   if (do_gather) {
     res.cache_only = false;
-    std::string mine = encode_requests(unsent_);
-    unsent_.clear();
+    const bool voted = !voted_requests_.empty() && !invalidated;
+    Response alone;
+    if (voted && (vote[0] & kCoordinatorIdle) && !res.shutdown && !timeline_now &&
+        !others_joined_ && answer_in_vote(&alone)) {
+      t_.check_alive();  // as a full round's gather would have (gather_requests)
+      unsent_.clear();
+      res.full_in_vote = true;
+      res.responses.push_back(std::move(alone));
+      // Every rank offered only this request's input (no cached tensor pending): the
+      // round runs it alone, and the vote's exchange is its last.
+      if (rider_tag == kUncachedRider && res.responses.size() == 1)
+        res.peer_inputs = peer_inputs_.data();
+      return res;
+    }
     std::vector<std::string> all;
-    res.full_in_vote = gather_requests(mine, rider_bit >= 0, &all);
+    if (voted) {
+      t_.check_alive();
+      if (coord_)
+        for (auto& m : voted_requests_) all.emplace_back(m);
+      res.full_in_vote = true;
+    } else {
+      res.full_in_vote = gather_requests(encode_requests(unsent_), rider_bit >= 0, &all);
+    }
+    unsent_.clear();
     std::string answer;
     if (coord_) {
       for (auto& part : all)
@@ -183,24 +233,32 @@ void Controller::set_vote(std::unique_ptr<VoteExchange> x, size_t rider_max, Rid
   peer_inputs_.assign(t_.size(), nullptr);
 }
 
-// Each message: [vote words][cache bit + 1, or 0: no rider][rider bytes][rider].
-int64_t Controller::exchange_vote(std::vector<uint64_t>& vote) {
+// Each message: [vote words][rider tag: cache bit + 1, kUncachedRider, or 0: no rider]
+// [rider bytes][requests' bytes + 1, or 0: not carried][rider][requests].
+uint64_t Controller::exchange_vote(std::vector<uint64_t>& vote, const std::string* requests) {
   const size_t vote_bytes = vote.size() * sizeof(uint64_t), head = rider_head();
   const int n = t_.size(), me = t_.rank();
-  uint64_t mine[2] = {0, 0};
+  uint64_t mine[3] = {0, 0, 0};
   Rider r;
-  // Only a lone cached tensor rides: with more, the round runs more than one response.
+  // Only a lone tensor rides: with more, the round runs more than one response.
   if (rider_for_ && pending_cached_.size() == 1 && unsent_.empty()) {
     const uint32_t bit = pending_cached_.begin()->first;
     r = rider_for_(cache_.response(bit));
     if (r.data && r.bytes <= rider_max_) mine[0] = uint64_t(bit) + 1, mine[1] = r.bytes;
+  } else if (rider_for_ && requests && pending_cached_.empty() && unsent_.size() == 1) {
+    r = rider_for_(as_if_agreed(unsent_[0]));
+    if (r.data && r.bytes <= rider_max_) mine[0] = kUncachedRider, mine[1] = r.bytes;
   }
+  if (requests && head + mine[1] + requests->size() <= exchange_->capacity())
+    mine[2] = requests->size() + 1;
   char* out = exchange_->outbox();
   std::memcpy(out, vote.data(), vote_bytes);
   std::memcpy(out + vote_bytes, mine, sizeof mine);
   if (mine[0]) std::memcpy(out + head, r.data, r.bytes);
-  exchange_->exchange(head + (mine[0] ? r.bytes : 0));
-  bool same = mine[0] != 0;
+  if (mine[2] > 1) std::memcpy(out + head + mine[1], requests->data(), mine[2] - 1);
+  exchange_->exchange(head + mine[1] + (mine[2] ? mine[2] - 1 : 0));
+  bool same = mine[0] != 0, all_requests = mine[2] != 0;
+  voted_requests_.clear();
   for (int p = 0; p < n; ++p) {
     if (p == me) continue;
     const char* msg = exchange_->inbox(p);
@@ -209,17 +267,44 @@ int64_t Controller::exchange_vote(std::vector<uint64_t>& vote) {
       throw std::runtime_error("horovodlite: the negotiation message from rank " + std::to_string(p) +
                                " has " + std::to_string(len) + " bytes, fewer than the " +
                                std::to_string(head) + " of a vote");
-    uint64_t theirs[2];
+    uint64_t theirs[3];
     std::memcpy(theirs, msg + vote_bytes, sizeof theirs);
+    if (len != head + theirs[1] + (theirs[2] ? theirs[2] - 1 : 0))
+      throw std::runtime_error("horovodlite: the negotiation message from rank " + std::to_string(p) +
+                               " has " + std::to_string(len) + " bytes, not the " +
+                               std::to_string(head) + " + " + std::to_string(theirs[1]) + " + " +
+                               std::to_string(theirs[2] ? theirs[2] - 1 : 0) + " its header names");
     for (size_t i = 0; i < vote.size(); ++i) {
       uint64_t w;
       std::memcpy(&w, msg + i * sizeof w, sizeof w);
       vote[i] &= w;
     }
-    same = same && mine[0] == theirs[0] && mine[1] == theirs[1] && len == head + mine[1];
+    same = same && mine[0] == theirs[0] && mine[1] == theirs[1];
+    all_requests = all_requests && theirs[2] != 0;
     peer_inputs_[p] = msg + head;
   }
-  return same ? static_cast<int64_t>(mine[0] - 1) : -1;
+  // Views into the messages: read before this rank's next exchange.
+  if (all_requests)
+    for (int p = 0; p < n; ++p) {
+      const char* msg = p == me ? out : exchange_->inbox(p);
+      uint64_t tags[3];
+      std::memcpy(tags, msg + vote_bytes, sizeof tags);
+      voted_requests_.emplace_back(msg + head + tags[1], tags[2] - 1);
+    }
+  return same ? mine[0] : 0;
+}
+
+// Every rank's requests are the same bytes (apart from sender and age) and this rank's
+// are one request: so are every rank's, and the coordinator would release it at once.
+bool Controller::answer_in_vote(Response* out) {
+  const std::string_view first = request_identity(voted_requests_[0]);
+  if (first.empty() || unsent_.size() != 1) return false;
+  for (size_t p = 1; p < voted_requests_.size(); ++p)
+    if (request_identity(voted_requests_[p]) != first) return false;
+  const Request& q = unsent_[0];
+  if (q.op == OpType::JOIN || !q.group.empty()) return false;
+  *out = Coordinator::answer_same(t_.size(), q);
+  return true;
 }
 
 void Controller::executed(const Response& r, const Request* local) {

@@ -14,6 +14,15 @@
 // own: one exchange instead of two. Otherwise the rider is dropped and the tensor runs
 // as usual; the vote is the same AND either way.
 //
+// Where that exchange also carries the negotiation (shared memory: one exchange costs
+// no more than a gather), every rank's uncached requests go with its vote too, so
+// rank 0 has them without a gather. And when rank 0's coordinator holds nothing (it
+// says so in the vote) and every rank sent the same one request, each rank answers it
+// itself as rank 0 would (Coordinator::answer_alone): the round is the vote alone.
+// If that request is a small allreduce its input rides as well (an uncached rider),
+// so a tensor the cache does not know - an unnamed call, a new name each time - costs
+// one exchange, as a cached one does.
+//
 // A rank whose caller is still in the middle of a burst of submissions says so in the
 // vote. If some cached tensors are then ready on some ranks but not on all, the round
 // runs nothing and the next one follows when that rank asks for results (or after
@@ -24,6 +33,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <string_view>
 #include <vector>
 
 #include "../transport/transport.h"
@@ -93,11 +103,18 @@ class Controller {
     Clock::time_point since;
   };
   void requeue(uint32_t bit);
-  // The vote through exchange_, this rank's rider with it when it has one; returns the
-  // cache bit every rank sent a rider for (equal tensors), or -1.
-  int64_t exchange_vote(std::vector<uint64_t>& vote);
-  // A vote message's bytes before its rider.
-  size_t rider_head() const { return vote_words() * sizeof(uint64_t) + 2 * sizeof(uint64_t); }
+  // The vote through exchange_, this rank's rider and `requests` (encoded unsent_; null:
+  // not carried) with it. Returns the rider tag every rank sent (a cached bit + 1 or
+  // kUncachedRider, for equal tensors), or 0; sets voted_requests_.
+  uint64_t exchange_vote(std::vector<uint64_t>& vote, const std::string* requests);
+  // The round's one response when every rank's requests rode with the vote and they
+  // are one and the same tensor, answered here as rank 0 would; false otherwise. The
+  // same on every rank: it reads only what every rank read.
+  bool answer_in_vote(Response* out);
+  // A vote message's bytes before its rider: the words, then the rider's tag and bytes
+  // and the requests' bytes + 1 (0: not carried).
+  size_t rider_head() const { return vote_words() * sizeof(uint64_t) + 3 * sizeof(uint64_t); }
+  static constexpr uint64_t kUncachedRider = ~uint64_t(0);
   // Step 3's gather of every rank's requests to rank 0 and the broadcast of its answer:
   // through exchange_ where it carries them and this round's vote left no rider to
   // reduce (a further exchange lets the peers reuse the buffer that holds it), and the
@@ -133,6 +150,9 @@ class Controller {
   size_t rider_max_ = 0;
   // Where each peer's rider lies after the last exchange (this rank's entry null).
   std::vector<const void*> peer_inputs_;
+  // Every rank's encoded requests from the last vote, when every rank's rode with it
+  // (empty otherwise).
+  std::vector<std::string_view> voted_requests_;
 };
 
 }  // namespace hvdl

@@ -52,6 +52,14 @@ Response Coordinator::validate(const Pending& p) const {
   std::vector<const Request*> reqs(size_, nullptr);
   for (int r = 0; r < size_; ++r)
     if (p.present[r]) reqs[r] = &p.by_rank[r];
+  return validate(reqs);
+}
+
+Response Coordinator::answer_same(int size, const Request& q) {
+  return Coordinator(size, 0, 0).validate(std::vector<const Request*>(size, &q));
+}
+
+Response Coordinator::validate(const std::vector<const Request*>& reqs) const {
   const Request* first = nullptr;
   for (auto* q : reqs)
     if (q) { first = q; break; }

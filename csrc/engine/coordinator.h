@@ -29,6 +29,12 @@ class Coordinator {
   // When the next stall check is due (time_point::max() when nothing waits).
   Clock::time_point next_deadline() const;
   const std::set<int>& joined() const { return joined_; }
+  // Nothing waits here: no name asked for by some ranks only, no rank joined.
+  bool idle() const { return order_.empty() && joined_.empty() && ready_join_.empty(); }
+  // What an idle coordinator of `size` ranks answers when every rank asked for `q`
+  // (alone: no group, no join): the check rank 0 runs, so any rank that knows every
+  // rank asked for the same reaches the same response without asking it.
+  static Response answer_same(int size, const Request& q);
 
  private:
   struct Pending {
@@ -38,6 +44,7 @@ class Coordinator {
     Clock::time_point first_seen, last_warned;
   };
   Response validate(const Pending& p) const;
+  Response validate(const std::vector<const Request*>& reqs) const;  // by rank, null: absent
   bool complete(const Pending& p) const;
   std::string missing_ranks(const Pending& p) const;
 

@@ -90,6 +90,12 @@ std::string encode_requests(const std::vector<Request>& v) {
   return w.out;
 }
 
+std::string_view request_identity(std::string_view one) {
+  // [int32 rank] ... [int64 age]
+  constexpr size_t lead = sizeof(int32_t), tail = sizeof(int64_t);
+  return one.size() > lead + tail ? one.substr(lead, one.size() - lead - tail) : std::string_view();
+}
+
 std::vector<Request> decode_requests(const std::string& bytes) {
   Reader r(bytes);
   const auto now = SteadyClock::now();

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "../common/dtype.h"
@@ -69,6 +70,10 @@ struct Response {
 
 std::string encode_requests(const std::vector<Request>& v);
 std::vector<Request> decode_requests(const std::string& bytes);
+// What in encode_requests({q}) names the collective asked for, without who asked and
+// when (q.rank, q.ready_at): equal for every rank that asks for the same. Empty for
+// fewer bytes than a request's.
+std::string_view request_identity(std::string_view one_encoded);
 std::string encode_responses(const std::vector<Response>& v);
 std::vector<Response> decode_responses(const std::string& bytes);
 
