@@ -23,10 +23,11 @@ def digest(a):
     return hashlib.sha1(np.ascontiguousarray(a).tobytes()).hexdigest()
 
 
-def repeated(hvd, ps, tag, bad):
+def repeated(hvd, ps, tag, bad, unnamed=False):
     """Allreduces called again by the same names (the response cache answers), one at
-    a time: on a set across hosts the small ones' data rides with the vote. Returns
-    how many did."""
+    a time: on a set across hosts the small ones' data rides with the vote. `unnamed`:
+    the same calls without names (never cached: each is answered in the vote, its data
+    riding along). Returns how many rode."""
     n, r = ps.size(), ps.rank()
     before = _core.stats(ps.process_set_id)["rider_groups"]
     for rep in range(3):
@@ -37,7 +38,8 @@ def repeated(hvd, ps, tag, bad):
                 for count in (1, 1000 * n + 3):
                     name = f"{tag}.rep.{np.dtype(dt).name}.{op}.{count}"
                     x = lambda j: data(dt, (count,), count + rep, j, -3, 4)
-                    got = hvd.allreduce(x(r), op=op, name=name, process_set=ps)
+                    got = hvd.allreduce(x(r), op=op, name=None if unnamed else name,
+                                        process_set=ps)
                     want = reduce_ref([x(j) for j in range(n)], op, n)
                     if not same(got, want):
                         bad.append(f"rank {r}: {name} #{rep}: got {got[:5]}, want {want[:5]}")
@@ -149,6 +151,7 @@ def main(hvd):
             seen[f"{path}.fused.{i}"] = digest(got)
         if path == "hierarchical":
             info["riders"] = repeated(hvd, hvd.global_process_set, path, bad)
+            info["unnamed_riders"] = repeated(hvd, hvd.global_process_set, path, bad, unnamed=True)
             info["vote_rider_bytes"] = int(_core.engine_report(0)["vote_rider_bytes"])
             info["negotiation"] = _core.engine_report(0)["negotiation"]
         if path == "flat":
@@ -223,8 +226,9 @@ def test_allreduce_paths(job):
 
 def test_small_cached_allreduces_ride_with_the_vote_in_every_set(job):
     """Across hosts riders are on by default (VOTE_RIDER_BYTES auto: 64 KiB for two
-    ranks, 32 KiB / (N - 1) for N) and taken by every set, of two ranks or more; their
-    results are checked with the rest (test_every_collective...)."""
+    ranks, 32 KiB / (N - 1) for N) and taken by every set, of two ranks or more, and
+    by unnamed calls (never cached: answered in the vote); their results are checked
+    with the rest (test_every_collective...)."""
     hosts, slots, _, results = job
     n = hosts * slots
     spans = [[0, n - 1]] + ([[1, 2]] if n >= 4 else []) + ([list(range(1, n))] if n >= 3 else [])
@@ -233,6 +237,7 @@ def test_small_cached_allreduces_ride_with_the_vote_in_every_set(job):
         want = 65536 if n == 2 else (32768 // (n - 1)) & ~63
         assert info["vote_rider_bytes"] == want, f"rank {r}: riders up to {info['vote_rider_bytes']}"
         assert info["riders"] > 0, f"rank {r}: no allreduce rode with the vote in the set of {n}"
+        assert info["unnamed_riders"] > 0, f"rank {r}: no unnamed allreduce rode in the set of {n}"
         for ranks in spans:
             if r in ranks:
                 assert info[f"riders{ranks}"] > 0, f"rank {r}: none rode in the set {ranks}"

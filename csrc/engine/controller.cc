@@ -98,9 +98,8 @@ RoundResult Controller::round(std::vector<Request> fresh, bool want_shutdown, Ti
   uint64_t rider_tag = 0;
   if (exchange_) {
     std::string requests;
-    const bool carry = exchange_->carries_negotiation();
-    if (carry && !unsent_.empty()) requests = encode_requests(unsent_);
-    rider_tag = exchange_vote(vote, carry ? &requests : nullptr);
+    if (!unsent_.empty()) requests = encode_requests(unsent_);
+    rider_tag = exchange_vote(vote, requests);
   } else {
     t_.allreduce_and(vote.data(), vote.size());
   }
@@ -235,7 +234,7 @@ void Controller::set_vote(std::unique_ptr<VoteExchange> x, size_t rider_max, Rid
 
 // Each message: [vote words][rider tag: cache bit + 1, kUncachedRider, or 0: no rider]
 // [rider bytes][requests' bytes + 1, or 0: not carried][rider][requests].
-uint64_t Controller::exchange_vote(std::vector<uint64_t>& vote, const std::string* requests) {
+uint64_t Controller::exchange_vote(std::vector<uint64_t>& vote, const std::string& requests) {
   const size_t vote_bytes = vote.size() * sizeof(uint64_t), head = rider_head();
   const int n = t_.size(), me = t_.rank();
   uint64_t mine[3] = {0, 0, 0};
@@ -245,17 +244,16 @@ uint64_t Controller::exchange_vote(std::vector<uint64_t>& vote, const std::strin
     const uint32_t bit = pending_cached_.begin()->first;
     r = rider_for_(cache_.response(bit));
     if (r.data && r.bytes <= rider_max_) mine[0] = uint64_t(bit) + 1, mine[1] = r.bytes;
-  } else if (rider_for_ && requests && pending_cached_.empty() && unsent_.size() == 1) {
+  } else if (rider_for_ && pending_cached_.empty() && unsent_.size() == 1) {
     r = rider_for_(as_if_agreed(unsent_[0]));
     if (r.data && r.bytes <= rider_max_) mine[0] = kUncachedRider, mine[1] = r.bytes;
   }
-  if (requests && head + mine[1] + requests->size() <= exchange_->capacity())
-    mine[2] = requests->size() + 1;
+  if (head + mine[1] + requests.size() <= exchange_->capacity()) mine[2] = requests.size() + 1;
   char* out = exchange_->outbox();
   std::memcpy(out, vote.data(), vote_bytes);
   std::memcpy(out + vote_bytes, mine, sizeof mine);
   if (mine[0]) std::memcpy(out + head, r.data, r.bytes);
-  if (mine[2] > 1) std::memcpy(out + head + mine[1], requests->data(), mine[2] - 1);
+  if (mine[2] > 1) std::memcpy(out + head + mine[1], requests.data(), mine[2] - 1);
   exchange_->exchange(head + mine[1] + (mine[2] ? mine[2] - 1 : 0));
   bool same = mine[0] != 0, all_requests = mine[2] != 0;
   voted_requests_.clear();

@@ -14,9 +14,8 @@
 // own: one exchange instead of two. Otherwise the rider is dropped and the tensor runs
 // as usual; the vote is the same AND either way.
 //
-// Where that exchange also carries the negotiation (shared memory: one exchange costs
-// no more than a gather), every rank's uncached requests go with its vote too, so
-// rank 0 has them without a gather. And when rank 0's coordinator holds nothing (it
+// Every rank's uncached requests go with its vote message too, so rank 0 has them
+// without a gather. And when rank 0's coordinator holds nothing (it
 // says so in the vote) and every rank sent the same one request, each rank answers it
 // itself as rank 0 would (Coordinator::answer_alone): the round is the vote alone.
 // If that request is a small allreduce its input rides as well (an uncached rider),
@@ -80,8 +79,10 @@ class Controller {
   // The words the vote of every round carries.
   size_t vote_words() const { return 1 + 3 * words_; }
   // The bytes a vote message with riders of up to `rider_max` bytes takes (what a
-  // VoteExchange for set_vote must hold).
-  size_t message_bytes(size_t rider_max) const { return rider_head() + rider_max; }
+  // VoteExchange for set_vote must hold): beside a full rider, room for the lone
+  // request it belongs to (a name and a shape: hundreds of bytes), so that one too is
+  // answered in the vote. More requests go when they fit.
+  size_t message_bytes(size_t rider_max) const { return rider_head() + rider_max + kRequestRoom; }
   // The vote goes through `x` instead of the transport's AND-allreduce, and carries
   // riders of at most `rider_max` bytes where `rider_for` is set. Set before the first
   // round, on every rank alike. The AND-allreduce takes log N steps where an exchange
@@ -103,10 +104,10 @@ class Controller {
     Clock::time_point since;
   };
   void requeue(uint32_t bit);
-  // The vote through exchange_, this rank's rider and `requests` (encoded unsent_; null:
-  // not carried) with it. Returns the rider tag every rank sent (a cached bit + 1 or
+  // The vote through exchange_, this rank's rider and `requests` (encoded unsent_) with
+  // it, when they fit. Returns the rider tag every rank sent (a cached bit + 1 or
   // kUncachedRider, for equal tensors), or 0; sets voted_requests_.
-  uint64_t exchange_vote(std::vector<uint64_t>& vote, const std::string* requests);
+  uint64_t exchange_vote(std::vector<uint64_t>& vote, const std::string& requests);
   // The round's one response when every rank's requests rode with the vote and they
   // are one and the same tensor, answered here as rank 0 would; false otherwise. The
   // same on every rank: it reads only what every rank read.
@@ -115,6 +116,7 @@ class Controller {
   // and the requests' bytes + 1 (0: not carried).
   size_t rider_head() const { return vote_words() * sizeof(uint64_t) + 3 * sizeof(uint64_t); }
   static constexpr uint64_t kUncachedRider = ~uint64_t(0);
+  static constexpr size_t kRequestRoom = 4 << 10;
   // Step 3's gather of every rank's requests to rank 0 and the broadcast of its answer:
   // through exchange_ where it carries them and this round's vote left no rider to
   // reduce (a further exchange lets the peers reuse the buffer that holds it), and the

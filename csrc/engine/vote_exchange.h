@@ -1,6 +1,7 @@
 // How a negotiation round's vote message reaches every rank of a set when it is more
 // than an AND of words (engine/controller.h: a vote that carries a "rider", the input
-// of a lone cached tensor): every rank's message goes to every other rank.
+// of a lone tensor, and the round's new requests): every rank's message goes to every
+// other rank.
 //
 // Two ways: over the transport (one send and receive per peer: for a few ranks, such
 // as a set across hosts) or through shared memory on one host (engine/shm_vote.h: each
@@ -28,9 +29,9 @@ class VoteExchange {
   // valid until this rank's next exchange() (the peers cannot overwrite it before).
   virtual const char* inbox(int p) const = 0;
   virtual size_t length(int p) const = 0;
-  // Whether the round's other messages (the uncached requests to the coordinator and
-  // its answer) should go through exchange() too: where one costs no more than a
-  // gather or a broadcast (shared memory), not where it sends to every peer.
+  // Whether the coordinator's answer (and the requests that did not fit the vote)
+  // should go through exchange() too: where one costs no more than a gather or a
+  // broadcast (shared memory), not where it sends to every peer.
   virtual bool carries_negotiation() const { return false; }
 };
 

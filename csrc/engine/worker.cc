@@ -132,8 +132,7 @@ void Worker::setup_vote(const std::vector<int>& host_of_member) {
       0, static_cast<long long>(kPairExchangeMaxBytes)));
   auto riders = [this](const Response& r) { return rider_for(r); };
   if (auto v = make_shm_vote(*transport_, host_of_member, params_.settings,
-                             std::max(controller_.message_bytes(rider_max) + kShmVoteRequestRoom,
-                                      kShmVoteMinBytes))) {
+                             std::max(controller_.message_bytes(rider_max), kShmVoteMinBytes))) {
     shm_vote_ = true;
     // Riders are folded as the shared-memory window folds (block b from rank b on);
     // without the window (SHM=0) small allreduces take the pair exchange (rank order)

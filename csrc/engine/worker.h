@@ -164,9 +164,6 @@ class Worker {
   // The shared-memory vote also carries the round's requests and the coordinator's
   // answer (Controller::gather_requests) when they fit: a step's worth of new names.
   static constexpr size_t kShmVoteMinBytes = 64 << 10;
-  // Beside a rider of the limit's size, room for the lone request it belongs to (a
-  // name and a shape: hundreds of bytes), so that one too is answered in the vote.
-  static constexpr size_t kShmVoteRequestRoom = 4 << 10;
   static constexpr std::chrono::microseconds kCrossHostRingHold{50};
   std::chrono::microseconds ring_hold_{0};  // how long a ring waits for the vote (0: not)
   WorkerStats stats_;
