@@ -14,22 +14,10 @@
 #include "engine/collective_op.h"
 #include "engine/controller.h"
 #include "harness.h"
+#include "stand_in_allreduce.h"
 
 namespace hvdl {
 namespace {
-
-// The coordinator validates through the op registry; an allreduce that accepts
-// anything stands in for the real one (which would bring the whole engine along).
-class AnyAllreduce : public CollectiveOp {
- public:
-  OpType type() const override { return OpType::ALLREDUCE; }
-  void validate(const std::vector<const Request*>& reqs, Response& resp) const override {
-    resp.shape = reqs[0]->shape;
-  }
-  void execute(ExecContext&, const std::vector<const Response*>&,
-               const std::vector<TensorEntry*>&) const override {}
-};
-OpRegistrar any_allreduce(std::make_unique<AnyAllreduce>());
 
 Request req(const std::string& name) {
   Request q;

@@ -15,22 +15,10 @@
 #include "engine/collective_op.h"
 #include "engine/controller.h"
 #include "harness.h"
+#include "stand_in_allreduce.h"
 
 namespace hvdl {
 namespace {
-
-class AnyAllreduce : public CollectiveOp {
- public:
-  OpType type() const override { return OpType::ALLREDUCE; }
-  void validate(const std::vector<const Request*>& reqs, Response& resp) const override {
-    for (auto* q : reqs)
-      if (q && q->shape != reqs[0]->shape) resp.error = "shapes differ";
-    resp.shape = reqs[0]->shape;
-  }
-  void execute(ExecContext&, const std::vector<const Response*>&,
-               const std::vector<TensorEntry*>&) const override {}
-};
-OpRegistrar any_allreduce(std::make_unique<AnyAllreduce>());
 
 // Every rank's message to every other in memory, two buffers per rank used by odd and
 // even exchanges, as the shared-memory vote keeps them (engine/shm_vote.cc).
