@@ -35,6 +35,6 @@ def test_ctest_targets_pass(ctest_build):
     assert "100% tests passed" in proc.stdout, proc.stdout[-3000:]
     # Every target ran (a renamed or dropped one would otherwise pass unnoticed).
     for target in ("engine_threads", "collectives", "partition_seg4096", "partition_seg200",
-                   "path_tuner", "reduce", "controller", "controller_vote", "peer_health", "tcp_setup",
-                   "tensor_queue"):
+                   "path_tuner", "reduce", "controller", "controller_vote", "peer_health",
+                   "tcp_setup", "tensor_queue"):
         assert f" {target} " in proc.stdout, (target, proc.stdout[-3000:])
