@@ -284,7 +284,7 @@ uint64_t Controller::exchange_vote(std::vector<uint64_t>& vote, const std::strin
   // Views into the messages: read before this rank's next exchange.
   if (all_requests)
     for (int p = 0; p < n; ++p) {
-      const char* msg = p == me ? out : exchange_->inbox(p);
+      const char* msg = exchange_->inbox(p);  // this rank's own included
       uint64_t tags[3];
       std::memcpy(tags, msg + vote_bytes, sizeof tags);
       voted_requests_.emplace_back(msg + head + tags[1], tags[2] - 1);
