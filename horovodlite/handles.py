@@ -19,7 +19,7 @@ def auto_name(kind, name, process_set=None):
     if name is not None:
         return named(str(name))
     set_id = getattr(process_set, "process_set_id", None) or 0
-    return named(f"{kind}.noname.{_core.next_auto_count(kind, set_id)}")
+    return named(_core.next_auto_name(kind, set_id))
 
 
 def reset_auto_names():

@@ -15,23 +15,6 @@ constexpr uint64_t kNothingToSend = 1, kNoShutdown = 2, kNoTimeline = 4, kNotArr
 // Not inverted: rank 0 sets it when its coordinator holds nothing (and it publishes and
 // records nothing this round), every other rank always; the AND is rank 0's word.
 constexpr uint64_t kCoordinatorIdle = 16;
-
-// What this rank's request would be answered with if every rank sent the same: the
-// fields the engine asks of a rider (Worker::rider_for). Whether it may ride is
-// decided again on the answer every rank agrees on.
-Response as_if_agreed(const Request& q) {
-  Response r;
-  r.name = q.name;
-  r.op = q.op;
-  r.dtype = q.dtype;
-  r.shape = q.shape;
-  r.reduce_op = q.reduce_op;
-  r.prescale = q.prescale;
-  r.postscale = q.postscale;
-  r.device = q.device;
-  if (!q.error.empty()) r.error = q.error;
-  return r;
-}
 }
 
 Controller::Controller(Transport& t, size_t cache_capacity, double stall_warn_s,
@@ -96,10 +79,14 @@ RoundResult Controller::round(std::vector<Request> fresh, bool want_shutdown, Ti
   for (uint32_t b : invalidate_) vote[1 + words_ + b / 64] &= ~(uint64_t(1) << (b % 64));
   invalidate_.clear();
   uint64_t rider_tag = 0;
+  std::optional<Response> lone;  // this rank's lone request, answered as if all sent it
   if (exchange_) {
     std::string requests;
     if (!unsent_.empty()) requests = encode_requests(unsent_);
-    rider_tag = exchange_vote(vote, requests);
+    const Request* q = unsent_.size() == 1 ? &unsent_[0] : nullptr;
+    if (q && q->op != OpType::JOIN && q->group.empty())
+      lone = Coordinator::answer_same(t_.size(), *q);
+    rider_tag = exchange_vote(vote, requests, lone ? &*lone : nullptr);
   } else {
     t_.allreduce_and(vote.data(), vote.size());
   }
@@ -160,13 +147,12 @@ RoundResult Controller::round(std::vector<Request> fresh, bool want_shutdown, Ti
   if (do_gather) {
     res.cache_only = false;
     const bool voted = !voted_requests_.empty() && !invalidated;
-    Response alone;
-    if (voted && (vote[0] & kCoordinatorIdle) && !res.shutdown && !timeline_now &&
-        !others_joined_ && answer_in_vote(&alone)) {
-      t_.check_alive();  // as a full round's gather would have (gather_requests)
+    if (voted) t_.check_alive();  // as a full round's gather would have (gather_requests)
+    if (voted && lone && (vote[0] & kCoordinatorIdle) && !res.shutdown && !timeline_now &&
+        !others_joined_ && all_sent_alike()) {
       unsent_.clear();
       res.full_in_vote = true;
-      res.responses.push_back(std::move(alone));
+      res.responses.push_back(std::move(*lone));
       // Every rank offered only this request's input (no cached tensor pending): the
       // round runs it alone, and the vote's exchange is its last.
       if (rider_tag == kUncachedRider && res.responses.size() == 1)
@@ -175,7 +161,6 @@ RoundResult Controller::round(std::vector<Request> fresh, bool want_shutdown, Ti
     }
     std::vector<std::string> all;
     if (voted) {
-      t_.check_alive();
       if (coord_)
         for (auto& m : voted_requests_) all.emplace_back(m);
       res.full_in_vote = true;
@@ -234,7 +219,8 @@ void Controller::set_vote(std::unique_ptr<VoteExchange> x, size_t rider_max, Rid
 
 // Each message: [vote words][rider tag: cache bit + 1, kUncachedRider, or 0: no rider]
 // [rider bytes][requests' bytes + 1, or 0: not carried][rider][requests].
-uint64_t Controller::exchange_vote(std::vector<uint64_t>& vote, const std::string& requests) {
+uint64_t Controller::exchange_vote(std::vector<uint64_t>& vote, const std::string& requests,
+                                   const Response* lone) {
   const size_t vote_bytes = vote.size() * sizeof(uint64_t), head = rider_head();
   const int n = t_.size(), me = t_.rank();
   uint64_t mine[3] = {0, 0, 0};
@@ -244,8 +230,8 @@ uint64_t Controller::exchange_vote(std::vector<uint64_t>& vote, const std::strin
     const uint32_t bit = pending_cached_.begin()->first;
     r = rider_for_(cache_.response(bit));
     if (r.data && r.bytes <= rider_max_) mine[0] = uint64_t(bit) + 1, mine[1] = r.bytes;
-  } else if (rider_for_ && pending_cached_.empty() && unsent_.size() == 1) {
-    r = rider_for_(as_if_agreed(unsent_[0]));
+  } else if (rider_for_ && lone && pending_cached_.empty()) {
+    r = rider_for_(*lone);
     if (r.data && r.bytes <= rider_max_) mine[0] = kUncachedRider, mine[1] = r.bytes;
   }
   if (head + mine[1] + requests.size() <= exchange_->capacity()) mine[2] = requests.size() + 1;
@@ -256,7 +242,10 @@ uint64_t Controller::exchange_vote(std::vector<uint64_t>& vote, const std::strin
   if (mine[2] > 1) std::memcpy(out + head + mine[1], requests.data(), mine[2] - 1);
   exchange_->exchange(head + mine[1] + (mine[2] ? mine[2] - 1 : 0));
   bool same = mine[0] != 0, all_requests = mine[2] != 0;
-  voted_requests_.clear();
+  // Views into the messages (this rank's own through its inbox): read before this
+  // rank's next exchange.
+  voted_requests_.assign(n, std::string_view());
+  if (mine[2]) voted_requests_[me] = std::string_view(exchange_->inbox(me) + head + mine[1], mine[2] - 1);
   for (int p = 0; p < n; ++p) {
     if (p == me) continue;
     const char* msg = exchange_->inbox(p);
@@ -279,29 +268,21 @@ uint64_t Controller::exchange_vote(std::vector<uint64_t>& vote, const std::strin
     }
     same = same && mine[0] == theirs[0] && mine[1] == theirs[1];
     all_requests = all_requests && theirs[2] != 0;
+    if (theirs[2]) voted_requests_[p] = std::string_view(msg + head + theirs[1], theirs[2] - 1);
     peer_inputs_[p] = msg + head;
   }
-  // Views into the messages: read before this rank's next exchange.
-  if (all_requests)
-    for (int p = 0; p < n; ++p) {
-      const char* msg = exchange_->inbox(p);  // this rank's own included
-      uint64_t tags[3];
-      std::memcpy(tags, msg + vote_bytes, sizeof tags);
-      voted_requests_.emplace_back(msg + head + tags[1], tags[2] - 1);
-    }
+  if (!all_requests) voted_requests_.clear();
   return same ? mine[0] : 0;
 }
 
-// Every rank's requests are the same bytes (apart from sender and age) and this rank's
-// are one request: so are every rank's, and the coordinator would release it at once.
-bool Controller::answer_in_vote(Response* out) {
+// Every rank's requests are the same bytes, apart from sender and age. With this rank's
+// one request (the caller checks), so are every rank's: the coordinator would release
+// it at once.
+bool Controller::all_sent_alike() const {
   const std::string_view first = request_identity(voted_requests_[0]);
-  if (first.empty() || unsent_.size() != 1) return false;
+  if (first.empty()) return false;
   for (size_t p = 1; p < voted_requests_.size(); ++p)
     if (request_identity(voted_requests_[p]) != first) return false;
-  const Request& q = unsent_[0];
-  if (q.op == OpType::JOIN || !q.group.empty()) return false;
-  *out = Coordinator::answer_same(t_.size(), q);
   return true;
 }
 

@@ -15,9 +15,9 @@
 // as usual; the vote is the same AND either way.
 //
 // Every rank's uncached requests go with its vote message too, so rank 0 has them
-// without a gather. And when rank 0's coordinator holds nothing (it
-// says so in the vote) and every rank sent the same one request, each rank answers it
-// itself as rank 0 would (Coordinator::answer_alone): the round is the vote alone.
+// without a gather. And when rank 0's coordinator holds nothing (it says so in the
+// vote) and every rank sent the same one request, each rank answers it itself as rank 0
+// would (Coordinator::answer_same): the round is the vote alone.
 // If that request is a small allreduce its input rides as well (an uncached rider),
 // so a tensor the cache does not know - an unnamed call, a new name each time - costs
 // one exchange, as a cached one does.
@@ -105,13 +105,14 @@ class Controller {
   };
   void requeue(uint32_t bit);
   // The vote through exchange_, this rank's rider and `requests` (encoded unsent_) with
-  // it, when they fit. Returns the rider tag every rank sent (a cached bit + 1 or
-  // kUncachedRider, for equal tensors), or 0; sets voted_requests_.
-  uint64_t exchange_vote(std::vector<uint64_t>& vote, const std::string& requests);
-  // The round's one response when every rank's requests rode with the vote and they
-  // are one and the same tensor, answered here as rank 0 would; false otherwise. The
-  // same on every rank: it reads only what every rank read.
-  bool answer_in_vote(Response* out);
+  // it, when they fit; `lone`: this rank's only request answered as if every rank sent
+  // it (its input may ride), else null. Returns the rider tag every rank sent (a cached
+  // bit + 1 or kUncachedRider, for equal tensors), or 0; sets voted_requests_.
+  uint64_t exchange_vote(std::vector<uint64_t>& vote, const std::string& requests,
+                         const Response* lone);
+  // Whether every rank's requests in the vote are the same bytes (but for sender and
+  // age). The same on every rank: it reads only what every rank read.
+  bool all_sent_alike() const;
   // A vote message's bytes before its rider: the words, then the rider's tag and bytes
   // and the requests' bytes + 1 (0: not carried).
   size_t rider_head() const { return vote_words() * sizeof(uint64_t) + 3 * sizeof(uint64_t); }

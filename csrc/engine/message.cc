@@ -90,6 +90,16 @@ std::string encode_requests(const std::vector<Request>& v) {
   return w.out;
 }
 
+namespace {
+constexpr char kAutoNameMark[] = ".noname.";
+}
+
+std::string auto_name(const std::string& kind, int64_t count) {
+  return kind + kAutoNameMark + std::to_string(count);
+}
+
+bool is_auto_name(const std::string& name) { return name.find(kAutoNameMark) != std::string::npos; }
+
 std::string_view request_identity(std::string_view one) {
   // [int32 rank] ... [int64 age]
   constexpr size_t lead = sizeof(int32_t), tail = sizeof(int64_t);

@@ -74,6 +74,10 @@ std::vector<Request> decode_requests(const std::string& bytes);
 // when (q.rank, q.ready_at): equal for every rank that asks for the same. Empty for
 // fewer bytes than a request's.
 std::string_view request_identity(std::string_view one_encoded);
+// The name of the `count`th unnamed call of `kind` ("allreduce.noname.17", as Horovod
+// names them), and whether a name is one: made up for one call, never asked for again.
+std::string auto_name(const std::string& kind, int64_t count);
+bool is_auto_name(const std::string& name);
 std::string encode_responses(const std::vector<Response>& v);
 std::vector<Response> decode_responses(const std::string& bytes);
 

@@ -12,10 +12,10 @@ static bool same_request(const Request& a, const Request& b) {
 bool ResponseCache::cacheable(const Response& r) {
   // Grouped responses must be released together and join changes who takes part,
   // so both always go through the coordinator.
-  // A name the frontend made up for an unnamed call ("allreduce.noname.17") is never
-  // asked for again: caching it would only push out a name that is.
+  // A name made up for an unnamed call is never asked for again: caching it would only
+  // push out a name that is.
   return r.ok() && r.group.empty() && r.joined.empty() && r.op != OpType::JOIN &&
-         r.op != OpType::BARRIER && r.name.find(".noname.") == std::string::npos;
+         r.op != OpType::BARRIER && !is_auto_name(r.name);
 }
 
 ResponseCache::Result ResponseCache::lookup(const Request& q, uint32_t* bit) const {

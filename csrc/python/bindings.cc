@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "../engine/engine.h"
+#include "../engine/message.h"
 #include "../collectives/shm_allreduce.h"
 #include "../engine/output_pool.h"
 #include "../transport/peer_health.h"
@@ -149,8 +150,8 @@ void allreduce_now(const std::string& name, py::handle in, py::handle out, int d
 // a call without going back to Python; every access holds the GIL.
 std::map<std::pair<std::string, int>, int64_t> g_auto_counts;
 
-int64_t next_auto_count(const std::string& kind, int process_set) {
-  return g_auto_counts[{kind, process_set}]++;
+std::string next_auto_name(const std::string& kind, int process_set) {
+  return auto_name(kind, g_auto_counts[{kind, process_set}]++);
 }
 
 // numpy's dtype objects for the reducible dtypes and their codes (dtypes.py registers
@@ -185,7 +186,7 @@ py::object allreduce_small(py::handle tensor, py::handle name, int reduce_op, do
   auto arr = py::reinterpret_borrow<py::array>(tensor);
   if (!in_place && static_cast<size_t>(arr.nbytes()) > kSmallBytes) return py::none();
   std::string n;
-  if (name.is_none()) n = "allreduce.noname." + std::to_string(next_auto_count("allreduce", process_set));
+  if (name.is_none()) n = next_auto_name("allreduce", process_set);
   else if (PyUnicode_CheckExact(name.ptr())) n = name.cast<std::string>();
   else return py::none();
   py::array out = in_place ? arr : py::array(arr.dtype(), std::vector<py::ssize_t>(
@@ -407,7 +408,7 @@ PYBIND11_MODULE(_core, m) {
   m.def("poll", [](int64_t h) { return Engine::get().handle(h)->poll(); });
   m.def("allreduce_now", &allreduce_now);
   m.def("allreduce_small", &allreduce_small);
-  m.def("next_auto_count", &next_auto_count);
+  m.def("next_auto_name", &next_auto_name);
   m.def("reset_auto_counts", [] { g_auto_counts.clear(); });
   m.def("register_plain_dtype", [](py::object dtype, int code) {
     g_plain_dtypes.emplace_back(dtype.inc_ref().ptr(), code);
