@@ -108,8 +108,9 @@ CASES = {
     "CYCLE_TIME": ("3.5", lambda log: tun("cycle_time_ms") == 3.5),
     "RING_SEGMENT_BYTES": ("65536", lambda log: tun("ring_segment_bytes") == 65536),
     "CACHE_CAPACITY": ("7", lambda log: rep("cache_capacity") == "7"),
-    # Unset, two ranks of one host sleep on the shared-memory doorbell ("futex").
-    "WAKEUP": ("auto", lambda log: rep("wakeup") == "futex"),
+    # Unset, the set's thread polls ("poll"). Either way two ranks of one host ring each
+    # other through the shared-memory doorbell ("shm"; across hosts: "transport", below).
+    "WAKEUP": ("auto", lambda log: rep("wakeup") == "futex" and rep("rings") == "shm"),
     "STALL_CHECK_TIME_SECONDS": ("7", lambda log: float(rep("stall_warn_s")) == 7),
     "STALL_CHECK_DISABLE": ("1", lambda log: float(rep("stall_warn_s")) == 0),
     "STALL_SHUTDOWN_TIME_SECONDS": ("9", lambda log: float(rep("stall_fail_s")) == 9),
@@ -136,7 +137,7 @@ CASES = {
     # and callers leave their rounds to the set's thread.
     "HOSTNAME_OVERRIDE": (lambda r: f"pretend-host-{r}",
                           lambda log: hvd.cross_size() == 2 and rep("ring_hold_us") == "50"
-                          and rep("caller_runs_bytes") == "0"),
+                          and rep("caller_runs_bytes") == "0" and rep("rings") == "transport"),
     "OUTPUT_CACHE_BYTES": ("0", lambda log: output_cache_after_allgather() == 0),
     "TIMELINE": (lambda r: f"{TMP}/tl-{r}.json", lambda log: one_allreduce(),
                  lambda value: file_has(value, "tl") if rank0() else None),

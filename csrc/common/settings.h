@@ -25,9 +25,10 @@ enum class SettingType { INT, REAL, BOOL, STRING };
     "ends the wait at once")                                                                  \
   X(CACHE_CAPACITY, INT, "1024", false, "response cache entries (0 = off)")                  \
   X(WAKEUP, STRING, "poll", false,                                                           \
-    "how the engine waits for work and for peers: poll (polls the transport), auto (sleeps " \
-    "on a shared-memory futex where all ranks of a set share a host: a tenth of the CPU, "   \
-    "but training measured slower with it, so it is not the default yet)")                   \
+    "how the engine waits for work and for peers: poll (polls), auto (sleeps on a "         \
+    "shared-memory futex where all ranks of a set share a host: a tenth of the CPU, but "    \
+    "training measured slower with it, so it is not the default yet). Either way peers "     \
+    "ring through shared memory where the set shares a host, else through the transport")  \
   X(SHM_NEGOTIATION, BOOL, "1", false,                                                       \
     "ranks of a set on one host vote in each negotiation round through shared memory "      \
     "instead of an MPI allreduce (a cached tensor's round costs a few memory accesses, and " \

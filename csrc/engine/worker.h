@@ -113,6 +113,10 @@ class Worker {
   template <class Fn>
   void guarded(Fn fn);
   void run_round();  // negotiate, execute, complete (the turn held)
+  // Rings: tell the peers that round_ has started; the highest round a peer rang (the
+  // transport's: since its last look). Through the doorbell where there is one.
+  void ring_peers() { doorbell_ ? doorbell_->ring(round_) : transport_->ring(round_); }
+  uint64_t rung_now() { return doorbell_ ? doorbell_->rung() : transport_->poll_ring(); }
   // Whether callers run rounds at all: a limit set, and no GPU in this process (a CUDA
   // device is current per thread).
   bool callers_run() const { return caller_runs_bytes_ > 0 && state_.process_gpu.load() < 0; }
@@ -150,7 +154,8 @@ class Worker {
   // whose host device runs them.
   std::unique_ptr<AllreducePaths> allreduce_;
   DeviceSet devices_;  // host memory and the GPU this process uses, with their buffers
-  std::unique_ptr<Doorbell> doorbell_;  // null: wake-ups through the transport, polled
+  std::unique_ptr<Doorbell> doorbell_;  // null: rings through the transport (make_doorbell)
+  bool sleeps_ = false;  // WAKEUP=auto: the thread sleeps on the doorbell (else it polls)
   bool shm_vote_ = false;  // the vote goes through shared memory (else the transport)
   bool hosts_vote_ = false;  // through shared memory and the hosts' leaders (hosts_vote.h)
   // How a rider's result is folded: as the path the tensor would otherwise take does,
