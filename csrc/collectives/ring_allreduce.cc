@@ -61,14 +61,16 @@ void combine_in_rank_order(const Reducer& red, int rank, int n, const void* in,
                            const void* const* theirs, void* acc, void* out, size_t count,
                            DataType dt, ReduceOp op, double postscale) {
   const size_t bytes = count * dtype_size(dt);
+  // The first fold reads rank 0's input where it lies (reduce_pair: no copy first).
   if (rank == 0) {
-    if (in != out) std::memcpy(out, in, bytes);
-    for (int p = 1; p < n; ++p) red.reduce(out, theirs[p], count, dt, op);
+    if (n > 1) red.reduce_pair(out, in, theirs[1], count, dt, op);
+    else if (in != out) std::memcpy(out, in, bytes);
+    for (int p = 2; p < n; ++p) red.reduce(out, theirs[p], count, dt, op);
   } else {
     // Rank 0's input first; `in` may be `out`, so then the result goes there last.
     if (acc == in) throw std::logic_error("combine_in_rank_order: acc is the input");
-    if (acc != theirs[0]) std::memcpy(acc, theirs[0], bytes);
-    for (int p = 1; p < n; ++p) red.reduce(acc, p == rank ? in : theirs[p], count, dt, op);
+    red.reduce_pair(acc, theirs[0], rank == 1 ? in : theirs[1], count, dt, op);
+    for (int p = 2; p < n; ++p) red.reduce(acc, p == rank ? in : theirs[p], count, dt, op);
     if (acc != out) std::memcpy(out, acc, bytes);
   }
   red.scale(out, count, dt, postscale);

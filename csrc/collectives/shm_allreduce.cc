@@ -52,8 +52,10 @@ void combine_in_window_blocks(const Reducer& red, int rank, int n, const void* i
     // In place, `in`'s block b is read by the fold below: fold elsewhere unless it
     // is the start (b == rank).
     char* acc = in == out && b != rank ? static_cast<char*>(scratch) : dst;
-    if (acc != input(b, off)) std::memcpy(acc, input(b, off), len * es);
-    for (int q = 1; q < n; ++q) red.reduce(acc, input((b + q) % n, off), len, dt, op);
+    // The first fold reads block b's start where it lies (no copy into acc first).
+    if (n > 1) red.reduce_pair(acc, input(b, off), input((b + 1) % n, off), len, dt, op);
+    else if (acc != input(b, off)) std::memcpy(acc, input(b, off), len * es);
+    for (int q = 2; q < n; ++q) red.reduce(acc, input((b + q) % n, off), len, dt, op);
     red.scale(acc, len, dt, postscale);
     if (acc != dst) std::memcpy(dst, acc, len * es);
   }
@@ -181,10 +183,17 @@ void ShmCollectives::run(Pass pass, const Reducer* red, const std::vector<Span>&
       for (size_t i = 0; i < k; i += B) {
         const size_t m = std::min(B, k - i);
         char* dst = static_cast<char*>(s.out) + (at + i) * es;
-        if (s.in != s.out)
-          copy_bytes(dst, static_cast<const char*>(s.in) + (at + i) * es, m * es, false);
-        red->scale(dst, m, dt, prescale);
-        for (int q = 1; q < n; ++q)
+        const char* own = static_cast<const char*>(s.in) + (at + i) * es;
+        int q = 1;
+        if (prescale != 1.0 || n == 1) {
+          if (own != dst) copy_bytes(dst, own, m * es, false);
+          red->scale(dst, m, dt, prescale);
+        } else {
+          // Out of place, the first fold reads the input where it lies: no copy first.
+          red->reduce_pair(dst, own, slot((r + 1) % n, g, r) + (done + i) * es, m, dt, op);
+          q = 2;
+        }
+        for (; q < n; ++q)
           red->reduce(dst, slot((r + q) % n, g, r) + (done + i) * es, m, dt, op);
         red->scale(dst, m, dt, postscale);
         if (pass == Pass::ALLREDUCE) copy_bytes(pub + (done + i) * es, dst, m * es, stream_in);

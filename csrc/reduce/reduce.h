@@ -13,6 +13,11 @@ namespace hvdl {
 // float32 and rounded to nearest-even once per call. BOOL is not reducible.
 void reduce_into(void* dst, const void* src, size_t count, DataType dtype, ReduceOp op);
 
+// dst[i] = a[i] (op) src[i]: reduce_into with `a` copied to dst first, the same bits,
+// in one pass (a fold's first step into a fresh output). dst may be a, not src.
+void reduce_pair(void* dst, const void* a, const void* src, size_t count, DataType dtype,
+                 ReduceOp op);
+
 // buf[i] = buf[i] * factor. Floats multiply in their own precision (float16/bfloat16
 // via float32, float32 by (float)factor, float64 by factor); integers multiply in
 // double and truncate toward zero, like numpy's (x * factor).astype(int).

@@ -79,8 +79,8 @@ struct F32 {
   using T = float;
   static constexpr size_t N = 8;
   Op op;
-  HVDL_AVX2 void step(float* d, const float* s) const {
-    _mm256_storeu_ps(d, op.f(_mm256_loadu_ps(d), _mm256_loadu_ps(s)));
+  HVDL_AVX2 void step(float* d, const float* a, const float* s) const {
+    _mm256_storeu_ps(d, op.f(_mm256_loadu_ps(a), _mm256_loadu_ps(s)));
   }
 };
 
@@ -89,8 +89,8 @@ struct F64 {
   using T = double;
   static constexpr size_t N = 4;
   Op op;
-  HVDL_AVX2 void step(double* d, const double* s) const {
-    _mm256_storeu_pd(d, op.d(_mm256_loadu_pd(d), _mm256_loadu_pd(s)));
+  HVDL_AVX2 void step(double* d, const double* a, const double* s) const {
+    _mm256_storeu_pd(d, op.d(_mm256_loadu_pd(a), _mm256_loadu_pd(s)));
   }
 };
 
@@ -99,10 +99,11 @@ struct I32 {
   using T = int32_t;
   static constexpr size_t N = 8;
   Op op;
-  HVDL_AVX2 void step(int32_t* d, const int32_t* s) const {
+  HVDL_AVX2 void step(int32_t* d, const int32_t* a, const int32_t* s) const {
     auto* vd = reinterpret_cast<__m256i*>(d);
+    auto* va = reinterpret_cast<const __m256i*>(a);
     auto* vs = reinterpret_cast<const __m256i*>(s);
-    _mm256_storeu_si256(vd, op.i(_mm256_loadu_si256(vd), _mm256_loadu_si256(vs)));
+    _mm256_storeu_si256(vd, op.i(_mm256_loadu_si256(va), _mm256_loadu_si256(vs)));
   }
 };
 
@@ -112,10 +113,11 @@ struct Int16Fmt {
   using T = std::conditional_t<Signed, int16_t, uint16_t>;
   static constexpr size_t N = 16;
   Op op;
-  HVDL_AVX2 void step(T* d, const T* s) const {
+  HVDL_AVX2 void step(T* d, const T* x, const T* s) const {
     auto* vd = reinterpret_cast<__m256i*>(d);
+    auto* vx = reinterpret_cast<const __m256i*>(x);
     auto* vs = reinterpret_cast<const __m256i*>(s);
-    const __m256i a = _mm256_loadu_si256(vd), b = _mm256_loadu_si256(vs);
+    const __m256i a = _mm256_loadu_si256(vx), b = _mm256_loadu_si256(vs);
     _mm256_storeu_si256(vd, Signed ? op.w(a, b) : op.uw(a, b));
   }
 };
@@ -142,9 +144,9 @@ struct ScaleInt16 {
     return _mm256_set_m128i(scale4(_mm256_extracti128_si256(x32, 1)),
                             scale4(_mm256_castsi256_si128(x32)));
   }
-  HVDL_AVX2 void step(T* d, const T*) const {
+  HVDL_AVX2 void step(T* d, const T* x, const T*) const {
     auto* vd = reinterpret_cast<__m256i*>(d);
-    const __m256i a = _mm256_loadu_si256(vd);
+    const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x));
     const __m256i r0 = scale8(_mm256_castsi256_si128(a));
     const __m256i r1 = scale8(_mm256_extracti128_si256(a, 1));
     // Values are already in range, so the saturating pack only narrows; it works per
@@ -159,10 +161,11 @@ struct F16 {
   using T = uint16_t;
   static constexpr size_t N = 8;
   Op op;
-  HVDL_AVX2 void step(uint16_t* d, const uint16_t* s) const {
+  HVDL_AVX2 void step(uint16_t* d, const uint16_t* a, const uint16_t* s) const {
     auto* vd = reinterpret_cast<__m128i*>(d);
+    auto* va = reinterpret_cast<const __m128i*>(a);
     auto* vs = reinterpret_cast<const __m128i*>(s);
-    __m256 r = op.f(_mm256_cvtph_ps(_mm_loadu_si128(vd)), _mm256_cvtph_ps(_mm_loadu_si128(vs)));
+    __m256 r = op.f(_mm256_cvtph_ps(_mm_loadu_si128(va)), _mm256_cvtph_ps(_mm_loadu_si128(vs)));
     _mm_storeu_si128(vd, _mm256_cvtps_ph(r, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
   }
 };
@@ -192,10 +195,11 @@ struct BF16 {
   using T = uint16_t;
   static constexpr size_t N = 16;
   Op op;
-  HVDL_AVX2 void step(uint16_t* d, const uint16_t* s) const {
+  HVDL_AVX2 void step(uint16_t* d, const uint16_t* x, const uint16_t* s) const {
     auto* vd = reinterpret_cast<__m256i*>(d);
+    auto* vx = reinterpret_cast<const __m256i*>(x);
     auto* vs = reinterpret_cast<const __m256i*>(s);
-    const __m256i a = _mm256_loadu_si256(vd), b = _mm256_loadu_si256(vs);
+    const __m256i a = _mm256_loadu_si256(vx), b = _mm256_loadu_si256(vs);
     const __m256i top = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
     const __m256 even = op.f(_mm256_castsi256_ps(_mm256_slli_epi32(a, 16)),
                              _mm256_castsi256_ps(_mm256_slli_epi32(b, 16)));
@@ -213,34 +217,36 @@ struct BF16 {
 
 // Two blocks per iteration is enough to keep loads in flight; the remainder is
 // padded into a stack block so it runs through the identical vector code.
+// dst = a (op) src, element by element; a may be dst (the in-place reduction).
 template <class K>
-HVDL_AVX2 void run(const K& k, void* dst, const void* src, size_t n) {
+HVDL_AVX2 void run(const K& k, void* dst, const void* a, const void* src, size_t n) {
   using T = typename K::T;
   constexpr size_t N = K::N;
   T* d = static_cast<T*>(dst);
+  const T* x = static_cast<const T*>(a);
   const T* s = static_cast<const T*>(src);
   size_t i = 0;
   for (; i + 2 * N <= n; i += 2 * N) {
-    k.step(d + i, s + i);
-    k.step(d + i + N, s + i + N);
+    k.step(d + i, x + i, s + i);
+    k.step(d + i + N, x + i + N, s + i + N);
   }
-  for (; i + N <= n; i += N) k.step(d + i, s + i);
+  for (; i + N <= n; i += N) k.step(d + i, x + i, s + i);
   if (i < n) {
     T bd[N] = {}, bs[N] = {};
-    std::memcpy(bd, d + i, (n - i) * sizeof(T));
+    std::memcpy(bd, x + i, (n - i) * sizeof(T));
     std::memcpy(bs, s + i, (n - i) * sizeof(T));
-    k.step(bd, bs);
+    k.step(bd, bd, bs);
     std::memcpy(d + i, bd, (n - i) * sizeof(T));
   }
 }
 
 template <template <class> class Fmt>
-HVDL_AVX2 bool run_op(void* dst, const void* src, size_t n, ReduceOp op) {
+HVDL_AVX2 bool run_op(void* dst, const void* a, const void* src, size_t n, ReduceOp op) {
   switch (op) {
-    case ReduceOp::SUM: case ReduceOp::AVERAGE: run(Fmt<Add>{}, dst, src, n); return true;
-    case ReduceOp::PRODUCT: run(Fmt<Mul>{}, dst, src, n); return true;
-    case ReduceOp::MIN: run(Fmt<Min>{}, dst, src, n); return true;
-    case ReduceOp::MAX: run(Fmt<Max>{}, dst, src, n); return true;
+    case ReduceOp::SUM: case ReduceOp::AVERAGE: run(Fmt<Add>{}, dst, a, src, n); return true;
+    case ReduceOp::PRODUCT: run(Fmt<Mul>{}, dst, a, src, n); return true;
+    case ReduceOp::MIN: run(Fmt<Min>{}, dst, a, src, n); return true;
+    case ReduceOp::MAX: run(Fmt<Max>{}, dst, a, src, n); return true;
     default: return false;
   }
 }
@@ -248,33 +254,38 @@ HVDL_AVX2 bool run_op(void* dst, const void* src, size_t n, ReduceOp op) {
 }  // namespace
 
 // Returns false when the pair is not covered here; the caller then uses generic.
-HVDL_AVX2 bool reduce_avx2(void* dst, const void* src, size_t n, DataType dtype, ReduceOp op) {
+HVDL_AVX2 bool reduce_pair_avx2(void* dst, const void* a, const void* src, size_t n,
+                                DataType dtype, ReduceOp op) {
   switch (dtype) {
-    case DataType::FLOAT32: return run_op<F32>(dst, src, n, op);
-    case DataType::FLOAT64: return run_op<F64>(dst, src, n, op);
-    case DataType::FLOAT16: return run_op<F16>(dst, src, n, op);
-    case DataType::BFLOAT16: return run_op<BF16>(dst, src, n, op);
-    case DataType::INT32: return run_op<I32>(dst, src, n, op);
-    case DataType::INT16: return run_op<I16>(dst, src, n, op);
-    case DataType::UINT16: return run_op<U16>(dst, src, n, op);
+    case DataType::FLOAT32: return run_op<F32>(dst, a, src, n, op);
+    case DataType::FLOAT64: return run_op<F64>(dst, a, src, n, op);
+    case DataType::FLOAT16: return run_op<F16>(dst, a, src, n, op);
+    case DataType::BFLOAT16: return run_op<BF16>(dst, a, src, n, op);
+    case DataType::INT32: return run_op<I32>(dst, a, src, n, op);
+    case DataType::INT16: return run_op<I16>(dst, a, src, n, op);
+    case DataType::UINT16: return run_op<U16>(dst, a, src, n, op);
     default: return false;
   }
+}
+
+HVDL_AVX2 bool reduce_avx2(void* dst, const void* src, size_t n, DataType dtype, ReduceOp op) {
+  return reduce_pair_avx2(dst, dst, src, n, dtype, op);
 }
 
 HVDL_AVX2 bool scale_avx2(void* buf, size_t n, DataType dtype, double factor) {
   const Scale sc{static_cast<float>(factor), factor};
   switch (dtype) {
-    case DataType::FLOAT32: run(F32<Scale>{sc}, buf, buf, n); return true;
-    case DataType::FLOAT64: run(F64<Scale>{sc}, buf, buf, n); return true;
-    case DataType::FLOAT16: run(F16<Scale>{sc}, buf, buf, n); return true;
-    case DataType::BFLOAT16: run(BF16<Scale>{sc}, buf, buf, n); return true;
+    case DataType::FLOAT32: run(F32<Scale>{sc}, buf, buf, buf, n); return true;
+    case DataType::FLOAT64: run(F64<Scale>{sc}, buf, buf, buf, n); return true;
+    case DataType::FLOAT16: run(F16<Scale>{sc}, buf, buf, buf, n); return true;
+    case DataType::BFLOAT16: run(BF16<Scale>{sc}, buf, buf, buf, n); return true;
     case DataType::INT16:
       if (!std::isfinite(factor)) return false;
-      run(ScaleInt16<true>{factor}, buf, buf, n);
+      run(ScaleInt16<true>{factor}, buf, buf, buf, n);
       return true;
     case DataType::UINT16:
       if (!std::isfinite(factor)) return false;
-      run(ScaleInt16<false>{factor}, buf, buf, n);
+      run(ScaleInt16<false>{factor}, buf, buf, buf, n);
       return true;
     default: return false;
   }
@@ -288,6 +299,7 @@ HVDL_AVX2 bool scale_avx2(void* buf, size_t n, DataType dtype, double factor) {
 namespace hvdl {
 namespace detail {
 bool reduce_avx2(void*, const void*, size_t, DataType, ReduceOp) { return false; }
+bool reduce_pair_avx2(void*, const void*, const void*, size_t, DataType, ReduceOp) { return false; }
 bool scale_avx2(void*, size_t, DataType, double) { return false; }
 }  // namespace detail
 }  // namespace hvdl

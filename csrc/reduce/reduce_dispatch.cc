@@ -26,6 +26,8 @@ namespace detail {
 void reduce_generic(void* dst, const void* src, size_t count, DataType dtype, ReduceOp op);
 void scale_generic(void* buf, size_t count, DataType dtype, double factor);
 bool reduce_avx2(void* dst, const void* src, size_t count, DataType dtype, ReduceOp op);
+bool reduce_pair_avx2(void* dst, const void* a, const void* src, size_t count, DataType dtype,
+                      ReduceOp op);
 bool scale_avx2(void* buf, size_t count, DataType dtype, double factor);
 
 namespace {
@@ -33,12 +35,13 @@ namespace {
 struct KernelSet {
   const char* name;
   bool (*reduce)(void*, const void*, size_t, DataType, ReduceOp);  // null: generic only
+  bool (*reduce_pair)(void*, const void*, const void*, size_t, DataType, ReduceOp);
   bool (*scale)(void*, size_t, DataType, double);
   const KernelSet* fallback;
 };
 
-const KernelSet kGeneric{"generic", nullptr, nullptr, nullptr};
-const KernelSet kAvx2{"avx2", reduce_avx2, scale_avx2, &kGeneric};
+const KernelSet kGeneric{"generic", nullptr, nullptr, nullptr, nullptr};
+const KernelSet kAvx2{"avx2", reduce_avx2, reduce_pair_avx2, scale_avx2, &kGeneric};
 
 bool cpu_has(const KernelSet* k) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -105,6 +108,16 @@ void reduce_with(const KernelSet* k, void* dst, const void* src, size_t count, D
   reduce_generic(dst, src, count, dtype, op);
 }
 
+// Generic has no kernel of its own for two sources: copying `a` first gives the same
+// bits (the sets fold element by element, `a` as the destination operand).
+void reduce_pair_with(const KernelSet* k, void* dst, const void* a, const void* src, size_t count,
+                      DataType dtype, ReduceOp op) {
+  for (; k->reduce_pair; k = k->fallback)
+    if (k->reduce_pair(dst, a, src, count, dtype, op)) return;
+  if (dst != a) std::memmove(dst, a, count * dtype_size(dtype));
+  reduce_generic(dst, src, count, dtype, op);
+}
+
 void scale_with(const KernelSet* k, void* buf, size_t count, DataType dtype, double factor) {
   for (; k->scale; k = k->fallback)
     if (k->scale(buf, count, dtype, factor)) return;
@@ -124,6 +137,15 @@ bool reduce_into_isa(const char* isa, void* dst, const void* src, size_t count, 
   return true;
 }
 
+bool reduce_pair_isa(const char* isa, void* dst, const void* a, const void* src, size_t count,
+                     DataType dtype, ReduceOp op) {
+  const KernelSet* k = by_name(isa);
+  if (!k || !cpu_has(k)) return false;
+  check_reduce(dtype, op);
+  if (count) reduce_pair_with(k, dst, a, src, count, dtype, op);
+  return true;
+}
+
 bool scale_buffer_isa(const char* isa, void* buf, size_t count, DataType dtype, double factor) {
   const KernelSet* k = by_name(isa);
   if (!k || !cpu_has(k)) return false;
@@ -137,6 +159,12 @@ bool scale_buffer_isa(const char* isa, void* buf, size_t count, DataType dtype, 
 void reduce_into(void* dst, const void* src, size_t count, DataType dtype, ReduceOp op) {
   detail::check_reduce(dtype, op);
   if (count) detail::reduce_with(&detail::active(), dst, src, count, dtype, op);
+}
+
+void reduce_pair(void* dst, const void* a, const void* src, size_t count, DataType dtype,
+                 ReduceOp op) {
+  detail::check_reduce(dtype, op);
+  if (count) detail::reduce_pair_with(&detail::active(), dst, a, src, count, dtype, op);
 }
 
 void scale_buffer(void* buf, size_t count, DataType dtype, double factor) {

@@ -31,6 +31,8 @@ namespace detail {
 // Internal entry points (reduce_dispatch.cc, reduce_generic.cc).
 bool reduce_into_isa(const char* isa, void* dst, const void* src, size_t count, DataType dtype,
                      ReduceOp op);
+bool reduce_pair_isa(const char* isa, void* dst, const void* a, const void* src, size_t count,
+                     DataType dtype, ReduceOp op);
 bool scale_buffer_isa(const char* isa, void* buf, size_t count, DataType dtype, double factor);
 float half_to_float(uint16_t h);
 uint16_t float_to_half(float f);
@@ -398,6 +400,22 @@ void run_reduce_case(DataType t, ReduceOp op, size_t n, const std::vector<uint64
     }
     check(bad_gen < 0, what + ": differs from generic at " + std::to_string(bad_gen));
     check(bad_ref < 0, what + ": differs from reference at " + std::to_string(bad_ref));
+
+    // Two sources into a third buffer, and into the first (in place): the same bits as
+    // the copy-then-reduce above, NaN payloads included (same ISA, same operand order).
+    Buf first(t, n), pair(t, n);
+    for (size_t i = 0; i < n; ++i) put(t, first.data(), i, da[i]);
+    detail::reduce_pair_isa(isa, pair.data(), first.data(), src.data(), n, t, op);
+    long bad_pair = -1;
+    for (size_t i = 0; i < n && bad_pair < 0; ++i)
+      if (pair.at(i) != dst.at(i) || first.at(i) != da[i]) bad_pair = static_cast<long>(i);
+    check(pair.guards_ok() && first.guards_ok(), what + ": reduce_pair wrote outside the buffer");
+    check(bad_pair < 0, what + ": reduce_pair differs from reduce_into at " + std::to_string(bad_pair));
+    detail::reduce_pair_isa(isa, first.data(), first.data(), src.data(), n, t, op);
+    bad_pair = -1;
+    for (size_t i = 0; i < n && bad_pair < 0; ++i)
+      if (first.at(i) != dst.at(i)) bad_pair = static_cast<long>(i);
+    check(bad_pair < 0, what + ": reduce_pair in place differs at " + std::to_string(bad_pair));
   }
 }
 
