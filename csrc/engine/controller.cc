@@ -38,9 +38,8 @@ void Controller::requeue(uint32_t bit) {
 
 RoundResult Controller::round(std::vector<Request> fresh, bool want_shutdown, Timeline* timeline,
                               const Tunables* publish, bool arriving,
-                              Clock::duration defer_limit) {
+                              Clock::duration defer_limit, Clock::time_point now) {
   RoundResult res;
-  auto now = Clock::now();
   defer_until_ = Clock::time_point::max();
   for (auto& q : fresh) {
     q.rank = t_.rank();

@@ -74,7 +74,8 @@ class Controller {
   // `arriving`: this rank's callers are mid-burst (TensorQueue::take_fresh).
   RoundResult round(std::vector<Request> fresh, bool want_shutdown, Timeline* timeline = nullptr,
                     const Tunables* publish = nullptr, bool arriving = false,
-                    Clock::duration defer_limit = Clock::duration::zero());
+                    Clock::duration defer_limit = Clock::duration::zero(),
+                    Clock::time_point now = Clock::now());
   size_t cache_capacity() const { return cache_.capacity(); }
   // The words the vote of every round carries.
   size_t vote_words() const { return 1 + 3 * words_; }

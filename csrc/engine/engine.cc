@@ -164,7 +164,8 @@ int64_t Engine::enqueue(EnqueueArgs a) {
   // A blocking call whose caller will run the round itself need not wake the set's
   // thread; otherwise the wake-up now overlaps the rest of the caller's submission.
   const bool quiet = a.caller_waits && w->may_help(tensor_bytes(e->req.shape, e->req.dtype), e->req.device);
-  w->queue().push(std::move(e), !quiet);
+  const Clock::time_point ready_at = e->req.ready_at;
+  w->queue().push(std::move(e), !quiet, ready_at);
   return handles_.add(h);
 }
 

@@ -47,6 +47,8 @@ struct HandleState {
   // Returns done(): false when `limit` passed first (callers wake up that often to
   // run signal handlers, so Ctrl-C and alarms work while a peer is slow).
   bool wait(std::chrono::nanoseconds limit = std::chrono::nanoseconds::max()) {
+    // Done already (a caller that ran its own round): no clock, no lock.
+    if (done.load(std::memory_order_acquire)) return true;
     auto start = std::chrono::steady_clock::now();
     auto until = start + std::chrono::microseconds(50);
     while (!done.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < until)

@@ -6,7 +6,7 @@
 
 namespace hvdl {
 
-void TensorQueue::push(std::unique_ptr<TensorEntry> e, bool wake_worker) {
+void TensorQueue::push(std::unique_ptr<TensorEntry> e, bool wake_worker, Clock::time_point now) {
   bool wake;
   {
     std::lock_guard<std::mutex> l(mu_);
@@ -17,7 +17,7 @@ void TensorQueue::push(std::unique_ptr<TensorEntry> e, bool wake_worker) {
                                   "' is already in flight on this rank; names must be unique "
                                   "until the previous one completes");
     const bool first = fresh_.empty();
-    last_push_ = Clock::now();
+    last_push_ = now;
     if (first) oldest_fresh_ = last_push_;
     fresh_.push_back(name);
     fresh_bytes_ += tensor_bytes(e->req.shape, e->req.dtype);
@@ -80,9 +80,9 @@ bool TensorQueue::has_fresh_ready(std::chrono::nanoseconds window, size_t bytes)
   return ready_locked(Clock::now(), window, bytes);
 }
 
-std::vector<Request> TensorQueue::take_fresh(bool* arriving) {
+std::vector<Request> TensorQueue::take_fresh(bool* arriving, Clock::time_point now) {
   std::lock_guard<std::mutex> l(mu_);
-  if (arriving) *arriving = !flush_ && !fresh_.empty() && Clock::now() - last_push_ < kBurstGap;
+  if (arriving) *arriving = !flush_ && !fresh_.empty() && now - last_push_ < kBurstGap;
   std::vector<Request> out;
   out.reserve(fresh_.size());
   for (auto& n : fresh_) {

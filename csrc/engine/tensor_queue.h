@@ -46,7 +46,9 @@ class TensorQueue {
   // std::runtime_error (with the reason given to close) once the queue is closed.
   // `wake_worker` false: the caller waits for it at once and that wakes the worker
   // (request_flush()) or runs the round itself (Worker::help()).
-  void push(std::unique_ptr<TensorEntry> e, bool wake_worker = true);
+  // `now`: the caller's clock reading, when it has just taken one (Engine::enqueue).
+  void push(std::unique_ptr<TensorEntry> e, bool wake_worker = true,
+            Clock::time_point now = Clock::now());
 
   // Waits up to `timeout` for a reason to run a round; returns true if there is one
   // (see Worker for what counts). `batch_window`: how long fresh work may wait for
@@ -68,7 +70,8 @@ class TensorQueue {
   void set_waker(std::function<void()> w) { waker_ = std::move(w); }
   // `arriving` (optional) is set when callers look mid-burst: a tensor came within
   // kBurstGap and nobody has asked for a result yet, so more are likely on the way.
-  std::vector<Request> take_fresh(bool* arriving = nullptr);
+  // `now` as push()'s (the round's start: Worker::run_round).
+  std::vector<Request> take_fresh(bool* arriving = nullptr, Clock::time_point now = Clock::now());
   static constexpr std::chrono::microseconds kBurstGap{100};
   // The entry `name` this rank has put forward (take_fresh), or null: a response may
   // name a tensor that this rank's caller has only just submitted (a stall error for
