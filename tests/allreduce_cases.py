@@ -396,4 +396,5 @@ def run_repeated(hvd, process_set=None, repeats=3, unnamed=False):
     res["rider_groups"] = after["rider_groups"] - before["rider_groups"]
     res["caller_rounds"] = after["caller_rounds"] - before["caller_rounds"]
     res["rounds"] = after["rounds"] - before["rounds"]
+    res["rings_sent"] = after["rings_sent"] - before["rings_sent"]
     return res

@@ -177,9 +177,11 @@ def test_blocking_calls_run_their_round_on_the_callers_thread(limit):
     Worker::help) while the set's thread is idle, by default where the set shares a
     host; with HOROVODLITE_CALLER_RUNS_BYTES=0 the set's thread runs every round.
     Either way, on three ranks in the global set and a pair: every result is numpy's
-    and bitwise equal across the set's ranks."""
+    and bitwise equal across the set's ranks, and the rounds' wake-ups go through the
+    shared-memory doorbell, none as an MPI message (rings_sent counts those)."""
     env = {} if limit == "auto" else {"HOROVODLITE_CALLER_RUNS_BYTES": limit}
     for key, got in _repeated_in_whole_and_pair(env).items():
+        assert got["rings_sent"] == 0, (key, got["rings_sent"])
         if limit == "0":
             assert got["caller_rounds"] == 0, (key, got["caller_rounds"])
         else:
