@@ -69,8 +69,9 @@ void combine_in_rank_order(const Reducer& red, int rank, int n, const void* in,
   } else {
     // Rank 0's input first; `in` may be `out`, so then the result goes there last.
     if (acc == in) throw std::logic_error("combine_in_rank_order: acc is the input");
-    red.reduce_pair(acc, theirs[0], rank == 1 ? in : theirs[1], count, dt, op);
-    for (int p = 2; p < n; ++p) red.reduce(acc, p == rank ? in : theirs[p], count, dt, op);
+    auto input = [&](int p) { return p == rank ? in : theirs[p]; };
+    red.reduce_pair(acc, theirs[0], input(1), count, dt, op);
+    for (int p = 2; p < n; ++p) red.reduce(acc, input(p), count, dt, op);
     if (acc != out) std::memcpy(out, acc, bytes);
   }
   red.scale(out, count, dt, postscale);

@@ -37,9 +37,11 @@ void ShmVote::exchange(size_t bytes) {
   window_->publish(0, v);  // release: the message is visible to whoever sees v
   ShmWindow::Waiter wait(*window_, options_.spin);
   auto checked = std::chrono::steady_clock::now();
-  // The clock is read every 16th look, not every look: a read (~50 ns here) was most of
-  // a spinning look's time, and so of how late a peer's vote was seen. Even 16 of the
-  // Waiter's longest sleeps (0.2 ms) keep the checks below a few milliseconds apart.
+  // While the Waiter spins (its first 256 looks) the clock is read every 16th look: a
+  // read (~50 ns here) was most of a spinning look's time, and so of how late a peer's
+  // vote was seen. After that every look reads it, so the checks below keep pace with
+  // the window's own (a peer that left because it saw a death first must not be
+  // reported before the death).
   uint32_t looks = 0;
   for (int p = 0; p < window_->size(); ++p) {
     if (p == window_->rank()) continue;
@@ -56,7 +58,7 @@ void ShmVote::exchange(size_t bytes) {
         throw;
       }
       if (options_.rings) options_.rings->tend_vote(false);
-      if (++looks % 16 != 0) continue;
+      if (++looks < 256 && looks % 16 != 0) continue;
       auto now = std::chrono::steady_clock::now();
       if (now - checked >= std::chrono::milliseconds(1)) {
         checked = now;

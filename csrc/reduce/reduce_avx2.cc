@@ -268,10 +268,6 @@ HVDL_AVX2 bool reduce_pair_avx2(void* dst, const void* a, const void* src, size_
   }
 }
 
-HVDL_AVX2 bool reduce_avx2(void* dst, const void* src, size_t n, DataType dtype, ReduceOp op) {
-  return reduce_pair_avx2(dst, dst, src, n, dtype, op);
-}
-
 HVDL_AVX2 bool scale_avx2(void* buf, size_t n, DataType dtype, double factor) {
   const Scale sc{static_cast<float>(factor), factor};
   switch (dtype) {
@@ -298,7 +294,6 @@ HVDL_AVX2 bool scale_avx2(void* buf, size_t n, DataType dtype, double factor) {
 
 namespace hvdl {
 namespace detail {
-bool reduce_avx2(void*, const void*, size_t, DataType, ReduceOp) { return false; }
 bool reduce_pair_avx2(void*, const void*, const void*, size_t, DataType, ReduceOp) { return false; }
 bool scale_avx2(void*, size_t, DataType, double) { return false; }
 }  // namespace detail

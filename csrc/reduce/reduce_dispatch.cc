@@ -25,7 +25,6 @@ namespace detail {
 // false for pairs they do not cover.
 void reduce_generic(void* dst, const void* src, size_t count, DataType dtype, ReduceOp op);
 void scale_generic(void* buf, size_t count, DataType dtype, double factor);
-bool reduce_avx2(void* dst, const void* src, size_t count, DataType dtype, ReduceOp op);
 bool reduce_pair_avx2(void* dst, const void* a, const void* src, size_t count, DataType dtype,
                       ReduceOp op);
 bool scale_avx2(void* buf, size_t count, DataType dtype, double factor);
@@ -34,14 +33,14 @@ namespace {
 
 struct KernelSet {
   const char* name;
-  bool (*reduce)(void*, const void*, size_t, DataType, ReduceOp);  // null: generic only
-  bool (*reduce_pair)(void*, const void*, const void*, size_t, DataType, ReduceOp);
+  // dst = a (op) src; the in-place reduction is a == dst. Null: generic only.
+  bool (*reduce)(void*, const void*, const void*, size_t, DataType, ReduceOp);
   bool (*scale)(void*, size_t, DataType, double);
   const KernelSet* fallback;
 };
 
-const KernelSet kGeneric{"generic", nullptr, nullptr, nullptr, nullptr};
-const KernelSet kAvx2{"avx2", reduce_avx2, reduce_pair_avx2, scale_avx2, &kGeneric};
+const KernelSet kGeneric{"generic", nullptr, nullptr, nullptr};
+const KernelSet kAvx2{"avx2", reduce_pair_avx2, scale_avx2, &kGeneric};
 
 bool cpu_has(const KernelSet* k) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -101,19 +100,12 @@ void check_scale(DataType dtype) {
                                 " cannot be scaled");
 }
 
-void reduce_with(const KernelSet* k, void* dst, const void* src, size_t count, DataType dtype,
-                 ReduceOp op) {
-  for (; k->reduce; k = k->fallback)
-    if (k->reduce(dst, src, count, dtype, op)) return;
-  reduce_generic(dst, src, count, dtype, op);
-}
-
 // Generic has no kernel of its own for two sources: copying `a` first gives the same
-// bits (the sets fold element by element, `a` as the destination operand).
-void reduce_pair_with(const KernelSet* k, void* dst, const void* a, const void* src, size_t count,
-                      DataType dtype, ReduceOp op) {
-  for (; k->reduce_pair; k = k->fallback)
-    if (k->reduce_pair(dst, a, src, count, dtype, op)) return;
+// bits (every set folds element by element, `a` as the destination operand).
+void reduce_with(const KernelSet* k, void* dst, const void* a, const void* src, size_t count,
+                 DataType dtype, ReduceOp op) {
+  for (; k->reduce; k = k->fallback)
+    if (k->reduce(dst, a, src, count, dtype, op)) return;
   if (dst != a) std::memmove(dst, a, count * dtype_size(dtype));
   reduce_generic(dst, src, count, dtype, op);
 }
@@ -128,22 +120,18 @@ void scale_with(const KernelSet* k, void* buf, size_t count, DataType dtype, dou
 
 // Test hooks: run one named set regardless of the process-wide choice. Return false
 // if the name is unknown or the CPU cannot run that set.
-bool reduce_into_isa(const char* isa, void* dst, const void* src, size_t count, DataType dtype,
-                     ReduceOp op) {
-  const KernelSet* k = by_name(isa);
-  if (!k || !cpu_has(k)) return false;
-  check_reduce(dtype, op);
-  if (count) reduce_with(k, dst, src, count, dtype, op);
-  return true;
-}
-
 bool reduce_pair_isa(const char* isa, void* dst, const void* a, const void* src, size_t count,
                      DataType dtype, ReduceOp op) {
   const KernelSet* k = by_name(isa);
   if (!k || !cpu_has(k)) return false;
   check_reduce(dtype, op);
-  if (count) reduce_pair_with(k, dst, a, src, count, dtype, op);
+  if (count) reduce_with(k, dst, a, src, count, dtype, op);
   return true;
+}
+
+bool reduce_into_isa(const char* isa, void* dst, const void* src, size_t count, DataType dtype,
+                     ReduceOp op) {
+  return reduce_pair_isa(isa, dst, dst, src, count, dtype, op);
 }
 
 bool scale_buffer_isa(const char* isa, void* buf, size_t count, DataType dtype, double factor) {
@@ -157,14 +145,13 @@ bool scale_buffer_isa(const char* isa, void* buf, size_t count, DataType dtype, 
 }  // namespace detail
 
 void reduce_into(void* dst, const void* src, size_t count, DataType dtype, ReduceOp op) {
-  detail::check_reduce(dtype, op);
-  if (count) detail::reduce_with(&detail::active(), dst, src, count, dtype, op);
+  reduce_pair(dst, dst, src, count, dtype, op);
 }
 
 void reduce_pair(void* dst, const void* a, const void* src, size_t count, DataType dtype,
                  ReduceOp op) {
   detail::check_reduce(dtype, op);
-  if (count) detail::reduce_pair_with(&detail::active(), dst, a, src, count, dtype, op);
+  if (count) detail::reduce_with(&detail::active(), dst, a, src, count, dtype, op);
 }
 
 void scale_buffer(void* buf, size_t count, DataType dtype, double factor) {
