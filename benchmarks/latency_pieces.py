@@ -26,6 +26,9 @@ from horovodlite._loader import _core
 
 comm = MPI.COMM_WORLD
 PIECES = ("submit_to_round_ns", "negotiate_ns", "execute_ns", "ring_to_round_ns")
+# Counters shown per call beside them: who ran the rounds, and the rings sent over the
+# transport (a caller that waits for the set's thread to give up the turn pays turn_wait).
+COUNTS = ("rounds", "ring_wakes", "caller_rounds", "turn_wait_ns", "rings_sent", "rider_groups")
 
 
 def parse_size(text):
@@ -63,7 +66,7 @@ def main():
         res = {}
         ours = lambda: res.__setitem__("r", hvd.allreduce(a, op=hvd.Sum, name=name))  # noqa: E731
         mpi(), ours()  # warm: negotiated once, cached from now on
-        t_mpi, t_hvd, pieces = [], [], {k: [] for k in PIECES + ("rounds", "ring_wakes")}
+        t_mpi, t_hvd, pieces = [], [], {k: [] for k in PIECES + COUNTS}
         for rep in range(args.repeats):
             for which in (("mpi", "hvd") if rep % 2 == 0 else ("hvd", "mpi")):
                 if which == "mpi":
@@ -93,6 +96,9 @@ def main():
                 print(f"   rank {r} per call: submit -> round {p['submit_to_round_ns'] / 1e3:.1f} us, "
                       f"negotiate {p['negotiate_ns'] / 1e3:.1f} us, execute {p['execute_ns'] / 1e3:.1f} us"
                       f" over {p['rounds']:.2f} rounds{ring}")
+                print(f"      {p['caller_rounds']:.2f} run by the caller (turn wait "
+                      f"{p['turn_wait_ns'] / 1e3:.1f} us), {p['rider_groups']:.2f} riders, "
+                      f"{p['rings_sent']:.2f} transport rings sent")
     hvd.shutdown()
 
 
