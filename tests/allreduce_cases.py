@@ -371,7 +371,7 @@ def run_repeated(hvd, process_set=None, repeats=3, unnamed=False):
     before = _core.stats(ps.process_set_id)
     cases = [(dt, opname, shape) for dt in DTYPES for opname in OPS
              for shape in ((), (17, 17), (n * 1031 + 1,))]
-    cases += [("float32", "Sum", (20000,))]  # 80000 bytes: above the default limit
+    cases += [("float32", "Sum", (200000,))]  # 800000 bytes: above the default limits
     for rep in range(repeats):
         for dt, opname, shape in cases:
             key = f"rep/{dt}/{opname}/{shape}"

@@ -36,8 +36,9 @@ enum class SettingType { INT, REAL, BOOL, STRING };
   X(VOTE_RIDER_BYTES, INT, "auto", false,                                                    \
     "a lone cached host allreduce of at most this many bytes travels with the negotiation " \
     "vote, so the call takes one exchange instead of two (0 = off). Through the shared-"     \
-    "memory vote (SHM_NEGOTIATION) and over MPI across hosts (2-8 ranks), auto is 65536 "    \
-    "for two ranks and 32768 / (ranks - 1) for more; over MPI on one host auto is 0")       \
+    "memory vote (SHM_NEGOTIATION) and over MPI across hosts (2-8 ranks), auto is 524288 "   \
+    "for two ranks through shared memory, 65536 for two across hosts and 32768 / (ranks - "  \
+    "1) for more; over MPI on one host auto is 0")                                          \
   X(HOSTS_VOTE, BOOL, "1", false,                                                            \
     "where a set spans hosts and some host runs several of its ranks, the vote (with its "  \
     "rider) goes through shared memory inside each host and one message between each pair " \
@@ -48,8 +49,9 @@ enum class SettingType { INT, REAL, BOOL, STRING };
     "queued runs the negotiation round and the collective on its own thread while the "    \
     "engine's thread is idle, instead of handing them over and being woken with the "     \
     "result (two context switches per call; 0 = the engine's thread runs every round; "   \
-    "auto: 65536 where all ranks of the set share a host or the vote goes through the "    \
-    "hosts' leaders (HOSTS_VOTE), else 0 across hosts, where it measured slower)")           \
+    "auto: 65536, and a lone tensor up to VOTE_RIDER_BYTES's limit if larger, where all "  \
+    "ranks of the set share a host or the vote goes through the hosts' leaders "           \
+    "(HOSTS_VOTE), else 0 across hosts, where it measured slower)")                         \
   X(STALL_CHECK_TIME_SECONDS, REAL, "60", false,                                             \
     "warn (rank 0) about tensors some ranks have not submitted")                             \
   X(STALL_CHECK_DISABLE, BOOL, "0", false, "1: no stall warnings")                           \

@@ -70,9 +70,10 @@ Clock::time_point TensorQueue::ready_time(std::chrono::nanoseconds window, size_
   return oldest_fresh_ + window;
 }
 
-bool TensorQueue::fresh_within(size_t bytes) {
+bool TensorQueue::fresh_within(size_t bytes, size_t lone_bytes) {
   std::lock_guard<std::mutex> l(mu_);
-  return !shutdown_ && !fresh_.empty() && fresh_bytes_ <= bytes;
+  return !shutdown_ && !fresh_.empty() &&
+         fresh_bytes_ <= (fresh_.size() == 1 ? std::max(bytes, lone_bytes) : bytes);
 }
 
 bool TensorQueue::has_fresh_ready(std::chrono::nanoseconds window, size_t bytes) {

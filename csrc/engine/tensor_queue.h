@@ -56,8 +56,9 @@ class TensorQueue {
   bool wait_for_work(std::chrono::nanoseconds timeout, std::chrono::nanoseconds batch_window,
                      size_t batch_bytes);
   // A caller blocked on a result may run the round itself (Worker::help): true when
-  // there is fresh work, of at most `bytes` in all, and no shutdown was asked for.
-  bool fresh_within(size_t bytes);
+  // there is fresh work, of at most `bytes` in all (`lone_bytes` if it is one tensor),
+  // and no shutdown was asked for.
+  bool fresh_within(size_t bytes, size_t lone_bytes = 0);
   // Non-blocking form of wait_for_work's test.
   bool has_fresh_ready(std::chrono::nanoseconds batch_window, size_t batch_bytes);
   // Non-blocking, for a worker that sleeps elsewhere (Doorbell): when the fresh work

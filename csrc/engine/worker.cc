@@ -95,10 +95,17 @@ Worker::Worker(std::unique_ptr<Transport> t, EngineParams p, int id, EngineState
   // simulated hosts took 57 us against 64-107 us with the set's thread running it,
   // on 3x2 200 against 296 us. The same on every rank (same hosts), though nothing
   // needs it to be.
+  // Unset, a lone tensor is the caller's up to the riders' limit where that is larger:
+  // it rides with the vote, so its round is one pass, and handing it over would cost
+  // the two context switches. (Batches keep the 64 KiB limit: a larger one in a
+  // training step measured no better run by the caller.)
   const bool callers_by_default = on_one_host(host_of_member) || hosts_vote_;
-  caller_runs_bytes_ = static_cast<size_t>(std::max<long long>(
-      0, p.settings.integer_or(Setting::CALLER_RUNS_BYTES,
-                               callers_by_default ? kAutoCallerRunsBytes : 0)));
+  const long long set = p.settings.integer_or(Setting::CALLER_RUNS_BYTES, -1);
+  caller_runs_bytes_ = static_cast<size_t>(
+      set >= 0 ? set : callers_by_default ? kAutoCallerRunsBytes : 0);
+  lone_caller_bytes_ = set >= 0 || !caller_runs_bytes_
+                           ? caller_runs_bytes_
+                           : std::max(caller_runs_bytes_, controller_.rider_bytes());
   shown_.fusion_threshold = p.fusion_threshold;
   shown_.cycle_time_ms = p.cycle_time_ms;
   shown_.segment_bytes = p.segment_bytes;
@@ -117,12 +124,17 @@ Worker::Worker(std::unique_ptr<Transport> t, EngineParams p, int id, EngineState
 // N-1 copies within 32 KiB (2x2 hosts: 10.9 KiB each, 3x2: 6.5 KiB), what a 1 Gbit/s
 // link moves in 0.26 ms. Measured 4 KiB, one rider: 2x2 hosts 177-285 us against
 // 382-761 us without, 3x1 122-149 against 276-307, 3x2 594 against 1078-2102. Two
-// ranks: 64 KiB.
+// ranks: 64 KiB; through the shared-memory vote 512 KiB, since there a rider's one
+// pass beat the window's pipeline (copy in, fold, copy out, a wait between each) up to
+// there: 256 KiB 0.81-0.90x MPI_Allreduce's speed as the window, 1.05-1.08x riding;
+// 512 KiB 0.93-0.94x against 1.10-1.19x; at 1 MiB the window was faster again.
 void Worker::setup_vote(const std::vector<int>& host_of_member) {
   const int n = transport_->size();
   const bool one_host = on_one_host(host_of_member);
   const bool shm_wanted = n >= 2 && one_host && params_.settings.flag(Setting::SHM_NEGOTIATION);
-  const long long auto_rider = n <= 2 ? kAutoRiderBytes : (kAutoRiderSends / (n - 1)) & ~63LL;
+  const long long auto_rider = n > 2       ? (kAutoRiderSends / (n - 1)) & ~63LL
+                               : shm_wanted ? kAutoShmRiderBytes
+                                            : kAutoRiderBytes;
   size_t rider_max = static_cast<size_t>(std::clamp<long long>(
       params_.settings.integer_or(Setting::VOTE_RIDER_BYTES,
                                   one_host && !shm_wanted ? 0 : auto_rider),
@@ -178,6 +190,7 @@ std::map<std::string, std::string> Worker::report() const {
       // What the votes really carry (0: no riders), not just what was asked for.
       {"vote_rider_bytes", s(controller_.rider_bytes())},
       {"caller_runs_bytes", s(caller_runs_bytes_)},
+      {"caller_runs_lone_bytes", s(lone_caller_bytes_)},
       {"peer_timeout_s", s(p.peer_timeout_s)},
       {"failure_report_dir", p.failure_report_dir},
   };
@@ -419,7 +432,7 @@ void Worker::run_round() {
 // would keep the caller from its signal handlers), nor more than once per fresh
 // batch: a round that found the tensor not ready everywhere leaves it to the thread.
 bool Worker::help() {
-  if (!callers_run() || !queue_.fresh_within(caller_runs_bytes_)) return false;
+  if (!callers_run() || !queue_.fresh_within(caller_runs_bytes_, lone_caller_bytes_)) return false;
   // The set's thread gives the turn up at its next yield or sleep (take_turn) unless
   // it is in a round, which may take this caller's work with it: then, after
   // kHelpWait, the usual way (the work is flushed to the thread).
@@ -434,7 +447,7 @@ bool Worker::help() {
     stats_.turn_wait_ns += duration_cast<nanoseconds>(Clock::now() - asked).count();
   }
   wanted_.fetch_sub(1, std::memory_order_acq_rel);
-  if (!got || !running_ || !queue_.fresh_within(caller_runs_bytes_)) return false;
+  if (!got || !running_ || !queue_.fresh_within(caller_runs_bytes_, lone_caller_bytes_)) return false;
   guarded([&] {
     // Ring unless a peer already started this round. (Liveness: the round's waits
     // check it, as the set's thread's do.)

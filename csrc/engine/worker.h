@@ -93,7 +93,7 @@ class Worker {
   // Whether a blocked caller of a host collective of `bytes` may run its round (help()):
   // then its submission need not wake this set's thread.
   bool may_help(size_t bytes, int device) const {
-    return callers_run() && device < 0 && bytes <= caller_runs_bytes_;
+    return callers_run() && device < 0 && bytes <= lone_caller_bytes_;
   }
   const char* allreduce_algorithm() const { return allreduce_->name().c_str(); }
   void stop();
@@ -164,7 +164,8 @@ class Worker {
   RiderFold rider_fold_ = RiderFold::RANK_ORDER;
   static constexpr int kMaxRiderRanks = 8;  // over the transport (controller.h's set_vote)
   // VOTE_RIDER_BYTES's auto values (controller.h's riders).
-  static constexpr long long kAutoRiderBytes = 64 << 10;   // two ranks
+  static constexpr long long kAutoRiderBytes = 64 << 10;   // two ranks across hosts
+  static constexpr long long kAutoShmRiderBytes = 512 << 10;  // two, shared-memory vote
   static constexpr long long kAutoRiderSends = 32 << 10;   // more: all of a rank's copies
   // The shared-memory vote also carries the round's requests and the coordinator's
   // answer (Controller::gather_requests) when they fit: a step's worth of new names.
@@ -178,6 +179,7 @@ class Worker {
   static constexpr std::chrono::microseconds kHelpWait{200};
   static constexpr long long kAutoCallerRunsBytes = 64 << 10;  // CALLER_RUNS_BYTES's auto
   size_t caller_runs_bytes_ = 0;  // help()'s limit (CALLER_RUNS_BYTES; 0: never)
+  size_t lone_caller_bytes_ = 0;  // and for a lone fresh tensor (>= caller_runs_bytes_)
   uint64_t round_ = 1;
   std::atomic<bool> running_{true};
   std::string why_;  // why the set stopped (set with running_ false by a failed round)

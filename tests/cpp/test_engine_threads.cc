@@ -247,7 +247,9 @@ void peer_freezes(const Path& path) {
   spawn(n, [&](int r) {
     Engine e;
     e.init(world->world(r), settings_for(path, true));
-    std::vector<float> x(50000, static_cast<float>(r + 1)), y(50000);
+    // 800 KB: above every rider limit (a rider goes through the shared-memory vote,
+    // not the transport this freeze stops in).
+    std::vector<float> x(200000, static_cast<float>(r + 1)), y(200000);
     if (r == 1) world->freeze(1);
     auto h = e.handle(e.enqueue(allreduce("frozen", DataType::FLOAT32, ReduceOp::SUM, x.size(),
                                           x.data(), y.data())));
@@ -264,7 +266,7 @@ void peer_freezes(const Path& path) {
     e.wait(*h);
     CHECK(h->status.is_ok(), "%s: allreduce after a thaw failed: %s", label(path),
           h->status.message().c_str());
-    got[r] = y[49999];
+    got[r] = y.back();
     e.shutdown();
   });
   CHECK(done_early == 0, "%s: an allreduce completed while a peer was frozen", label(path));

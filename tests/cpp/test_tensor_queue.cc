@@ -98,8 +98,11 @@ void fresh_within_limits() {
   q.push(entry("a", 16));  // 64 bytes
   CHECK(q.fresh_within(64));
   CHECK(!q.fresh_within(63));
+  // A lone tensor may have a larger limit of its own (one that rides with the vote).
+  CHECK(q.fresh_within(32, 64) && !q.fresh_within(32, 63));
   q.push(entry("b", 16));
   CHECK(!q.fresh_within(64) && q.fresh_within(128));
+  CHECK(!q.fresh_within(64, 1 << 20), "two tensors took the lone tensor's limit");
   q.take_fresh();
   CHECK(!q.fresh_within(1 << 20), "taken, yet still fresh");
   q.push(entry("c", 1));
