@@ -3,6 +3,7 @@
 #include <sys/prctl.h>
 
 #include <algorithm>
+#include <limits>
 #include <thread>
 
 #include "../common/logging.h"
@@ -100,10 +101,12 @@ Worker::Worker(std::unique_ptr<Transport> t, EngineParams p, int id, EngineState
   // the two context switches. (Batches keep the 64 KiB limit: a larger one in a
   // training step measured no better run by the caller.)
   const bool callers_by_default = on_one_host(host_of_member) || hosts_vote_;
-  const long long set = p.settings.integer_or(Setting::CALLER_RUNS_BYTES, -1);
-  caller_runs_bytes_ = static_cast<size_t>(
-      set >= 0 ? set : callers_by_default ? kAutoCallerRunsBytes : 0);
-  lone_caller_bytes_ = set >= 0 || !caller_runs_bytes_
+  constexpr long long kUnset = std::numeric_limits<long long>::min();
+  const long long set = p.settings.integer_or(Setting::CALLER_RUNS_BYTES, kUnset);
+  caller_runs_bytes_ = static_cast<size_t>(set != kUnset ? std::max(0LL, set)
+                                           : callers_by_default ? kAutoCallerRunsBytes
+                                                                : 0);
+  lone_caller_bytes_ = set != kUnset || !caller_runs_bytes_
                            ? caller_runs_bytes_
                            : std::max(caller_runs_bytes_, controller_.rider_bytes());
   shown_.fusion_threshold = p.fusion_threshold;
@@ -126,8 +129,9 @@ Worker::Worker(std::unique_ptr<Transport> t, EngineParams p, int id, EngineState
 // 382-761 us without, 3x1 122-149 against 276-307, 3x2 594 against 1078-2102. Two
 // ranks: 64 KiB; through the shared-memory vote 512 KiB, since there a rider's one
 // pass beat the window's pipeline (copy in, fold, copy out, a wait between each) up to
-// there: 256 KiB 0.81-0.90x MPI_Allreduce's speed as the window, 1.05-1.08x riding;
-// 512 KiB 0.93-0.94x against 1.10-1.19x; at 1 MiB the window was faster again.
+// there: 128-512 KiB 0.52-1.03x MPI_Allreduce's speed through the window, 0.97-1.32x
+// riding (alternating launches, leaving out the machine's slow mode); at 1 MiB the
+// window was faster.
 void Worker::setup_vote(const std::vector<int>& host_of_member) {
   const int n = transport_->size();
   const bool one_host = on_one_host(host_of_member);
