@@ -84,7 +84,9 @@ std::unique_ptr<AllreducePath> make_cross_host_ring_path(std::unique_ptr<Transpo
 // or (`stream`) non-temporal stores.
 std::unique_ptr<AllreducePath> make_shm_path(std::shared_ptr<ShmCollectives> shm, bool stream);
 // Shared memory where the tensors lie, for plans whose tensors every rank allocated
-// in its shared arena (declines otherwise).
+// in its shared arena (declines otherwise), of at least kZeroCopyFromBytes: below it,
+// asking (one exchange of offsets) would cost more than it saves.
+constexpr size_t kZeroCopyFromBytes = 64u << 10;
 std::unique_ptr<AllreducePath> make_zero_copy_path(std::shared_ptr<ShmCollectives> shm);
 // Shared memory inside each host (`local`, null when this rank is alone on its host)
 // and a ring across hosts (`cross`); `cross_is_tcp`: `cross` is direct TCP.

@@ -12,8 +12,9 @@ class ZeroCopyPath final : public AllreducePath {
  public:
   explicit ZeroCopyPath(std::shared_ptr<ShmCollectives> shm) : shm_(std::move(shm)) {}
   const char* name() const override { return "zero copy"; }
-  // Below the size, asking (one exchange of offsets) would cost more than it saves.
-  bool can_run(const AllreducePlan& plan) const override { return plan.bytes() >= kFrom; }
+  bool can_run(const AllreducePlan& plan) const override {
+    return plan.bytes() >= kZeroCopyFromBytes;
+  }
   bool takes_spans() const override { return true; }
   void run(AllreducePlan& plan) override {
     plan.declined = !shm_->zero_copy_allreduce(*plan.red, plan.spans, plan.dt, plan.op,
@@ -21,7 +22,6 @@ class ZeroCopyPath final : public AllreducePath {
   }
 
  private:
-  static constexpr size_t kFrom = 64u << 10;
   std::shared_ptr<ShmCollectives> shm_;
 };
 

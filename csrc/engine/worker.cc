@@ -8,6 +8,7 @@
 
 #include "../common/logging.h"
 #include "../transport/peer_health.h"
+#include "../transport/shared_arena.h"
 #include "collective_op.h"
 #include "fault_injection.h"
 #include "fusion_planner.h"
@@ -534,6 +535,14 @@ void Worker::apply(const Tunables& t) {
 
 // A host allreduce the pair exchange would run (ring_allreduce.h), unscaled before the
 // reduction, whose input and output this rank holds.
+// Whether `bytes` at `p` lie in this process's shared arena (hvd.shared_empty); never
+// makes the arena.
+static bool in_shared_arena(const void* p, size_t bytes) {
+  if (!SharedArena::exists()) return false;
+  SharedArena* a = SharedArena::get_if_any();
+  return a && a->offset_of(p, bytes) >= 0;
+}
+
 Rider Worker::rider_for(const Response& r) {
   if (r.op != OpType::ALLREDUCE || !r.ok() || r.device >= 0 || r.prescale != 1.0 ||
       r.reduce_op == ReduceOp::ADASUM)
@@ -541,6 +550,10 @@ Rider Worker::rider_for(const Response& r) {
   const TensorEntry* e = queue_.find(r.name);
   const size_t bytes = tensor_bytes(r.shape, r.dtype);
   if (!e || !e->input || !e->output || e->req.device >= 0 || bytes == 0) return {};
+  // The zero-copy path reads a shared array where it lies, which no rider beats: such
+  // a tensor stays behind (and with it every rank's, since a rider goes only when every
+  // rank sends one).
+  if (bytes >= kZeroCopyFromBytes && in_shared_arena(e->input, bytes)) return {};
   return {e->input, bytes};
 }
 
