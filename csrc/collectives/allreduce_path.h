@@ -67,6 +67,13 @@ class AllreducePath {
   virtual bool takes_spans() const { return false; }
   // Whether it needs every span in place (in == out): the caller copies first.
   virtual bool in_place_only() const { return false; }
+  // Whether it would reduce this rank's `bytes` at `in` into `out` where they lie, with
+  // no staging copy (zero copy, for arrays in the shared arena): a caller that would
+  // copy them elsewhere first (a rider of the vote) should leave them to it.
+  virtual bool reduces_where_they_lie(const void* in, const void* out, size_t bytes) const {
+    (void)in, (void)out, (void)bytes;
+    return false;
+  }
   // Adds the values it runs with that no setting alone tells (the engine's report,
   // Worker::report), by key; most paths have none.
   virtual void report(std::map<std::string, std::string>& out) const { (void)out; }
@@ -84,9 +91,7 @@ std::unique_ptr<AllreducePath> make_cross_host_ring_path(std::unique_ptr<Transpo
 // or (`stream`) non-temporal stores.
 std::unique_ptr<AllreducePath> make_shm_path(std::shared_ptr<ShmCollectives> shm, bool stream);
 // Shared memory where the tensors lie, for plans whose tensors every rank allocated
-// in its shared arena (declines otherwise), of at least kZeroCopyFromBytes: below it,
-// asking (one exchange of offsets) would cost more than it saves.
-constexpr size_t kZeroCopyFromBytes = 64u << 10;
+// in its shared arena (declines otherwise).
 std::unique_ptr<AllreducePath> make_zero_copy_path(std::shared_ptr<ShmCollectives> shm);
 // Shared memory inside each host (`local`, null when this rank is alone on its host)
 // and a ring across hosts (`cross`); `cross_is_tcp`: `cross` is direct TCP.

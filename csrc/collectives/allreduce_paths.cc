@@ -35,6 +35,12 @@ bool AllreducePaths::takes_spans() const {
   return false;
 }
 
+bool AllreducePaths::reduces_where_they_lie(const void* in, const void* out, size_t bytes) const {
+  for (auto& p : first_)
+    if (p->reduces_where_they_lie(in, out, bytes)) return true;
+  return false;
+}
+
 bool AllreducePaths::in_place_only() const {
   for (auto* list : {&first_, &contenders_})
     for (auto& p : *list)

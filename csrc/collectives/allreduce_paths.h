@@ -44,6 +44,9 @@ class AllreducePaths {
   bool takes_spans() const;
   // Whether run() needs every span in place: the op then copies the input first.
   bool in_place_only() const;
+  // Whether a "first" path would reduce these buffers where they lie
+  // (AllreducePath::reduces_where_they_lie).
+  bool reduces_where_they_lie(const void* in, const void* out, size_t bytes) const;
   const std::string& name() const { return name_; }
 
   // For Engine::report(): the shared-memory options the paths run with (rank 0's),

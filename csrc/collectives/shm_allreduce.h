@@ -91,6 +91,10 @@ class ShmCollectives {
                            ReduceOp op, double prescale, double postscale);
   // Allreduces done that way in this process, for tests.
   static uint64_t zero_copy_count();
+  // Whether [p, p + bytes) lies in this rank's shared arena (false without arenas).
+  bool in_own_arena(const void* p, size_t bytes) const {
+    return arenas_ && arenas_->offset_of(rank(), p, bytes) >= 0;
+  }
 
   // Rank 0 tells the others a small value (0-7) for its call number `call` (>= 1,
   // numbered alike on every rank); the others wait for it. Rank 0 cannot get a call

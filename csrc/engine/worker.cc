@@ -8,7 +8,6 @@
 
 #include "../common/logging.h"
 #include "../transport/peer_health.h"
-#include "../transport/shared_arena.h"
 #include "collective_op.h"
 #include "fault_injection.h"
 #include "fusion_planner.h"
@@ -535,14 +534,6 @@ void Worker::apply(const Tunables& t) {
 
 // A host allreduce the pair exchange would run (ring_allreduce.h), unscaled before the
 // reduction, whose input and output this rank holds.
-// Whether `bytes` at `p` lie in this process's shared arena (hvd.shared_empty); never
-// makes the arena.
-static bool in_shared_arena(const void* p, size_t bytes) {
-  if (!SharedArena::exists()) return false;
-  SharedArena* a = SharedArena::get_if_any();
-  return a && a->offset_of(p, bytes) >= 0;
-}
-
 Rider Worker::rider_for(const Response& r) {
   if (r.op != OpType::ALLREDUCE || !r.ok() || r.device >= 0 || r.prescale != 1.0 ||
       r.reduce_op == ReduceOp::ADASUM)
@@ -550,10 +541,10 @@ Rider Worker::rider_for(const Response& r) {
   const TensorEntry* e = queue_.find(r.name);
   const size_t bytes = tensor_bytes(r.shape, r.dtype);
   if (!e || !e->input || !e->output || e->req.device >= 0 || bytes == 0) return {};
-  // The zero-copy path reads a shared array where it lies, which no rider beats: such
-  // a tensor stays behind (and with it every rank's, since a rider goes only when every
-  // rank sends one).
-  if (bytes >= kZeroCopyFromBytes && in_shared_arena(e->input, bytes)) return {};
+  // A path that reduces it where it lies (zero copy: a shared array) moves fewer bytes
+  // than a rider's copy: it stays behind (and with it every rank's, since a rider goes
+  // only when every rank sends one).
+  if (allreduce_->reduces_where_they_lie(e->input, e->output, bytes)) return {};
   return {e->input, bytes};
 }
 
