@@ -237,18 +237,20 @@ def _orphan_interrupted(keep):
         _orphans.append((h, keep))
 
 
-def allreduce_small(tensor, name, reduce_op, prescale, postscale, process_set, in_place):
-    """A blocking allreduce of a plain array (numbers for the op and scale factors),
-    whole in the core (_core.allreduce_small): its output, or None where the core finds
-    the call not plain (nothing done, no name taken). Inside another collective's call it
-    is None too: that call notes the names it takes (named())."""
+def allreduce_small(tensor, name, op, prescale, postscale, process_set, in_place):
+    """A blocking allreduce of a plain array, whole in the core (_core.allreduce_small),
+    the user's arguments as they came: its output, or None where the core finds the call
+    not plain (op not None or one of Average, Sum, Min, Max, Product; scale factors not
+    float or int; the array, the name or the set not plain): nothing done, no name
+    taken. Inside another collective's call it is None too: that call notes the names it
+    takes (named())."""
     if _local.active:
         return None
     if _orphans:
         _reap_orphans()
     keep = []
     try:
-        return _core.allreduce_small(tensor, name, reduce_op, prescale, postscale, process_set,
+        return _core.allreduce_small(tensor, name, op, prescale, postscale, process_set,
                                      in_place, keep)
     except BaseException:
         _orphan_interrupted((tensor, keep))

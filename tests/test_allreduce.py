@@ -4,6 +4,7 @@ differing by rank, fusion observable through the engine's counters, and the
 pipelined ring with small segments."""
 import textwrap
 
+import numpy as np
 import pytest
 
 from mpirun import run
@@ -332,6 +333,59 @@ def test_plain_and_general_calls_agree_when_ranks_differ():
         assert "allreduce.noname" in got["errors"][0] and "bool" in got["errors"][0], got["errors"][0]
         assert "allreduce.noname" in got["errors"][1], got["errors"][1]
         assert got["after"] == [3, 3, 3], f"rank {rank}: the call after the errors: {got['after']}"
+
+
+def test_the_plain_entry_takes_only_plain_arguments():
+    """The core's plain entry (_core.allreduce_small, one Python frame under
+    hvd.allreduce) checks the user's arguments itself: it runs a call only with op None
+    or an int among Average, Sum, Min, Max, Product, scale factors that are floats or
+    ints and a set with an int id, and otherwise returns None having done nothing (no
+    name taken: the next unnamed call is still allreduce.noname.0), for the general path.
+    Arguments it takes give numpy's result."""
+    res = run(2, textwrap.dedent("""
+    def main(hvd):
+        from horovodlite._loader import _core
+        x = np.arange(6, dtype=np.float32) + hvd.rank()
+        gs = hvd.global_process_set
+        class NoId:
+            pass
+        class StrId:
+            process_set_id = "0"
+        declined = {
+            "np.int64 op": (np.int64(hvd.Sum), 1.0, 1.0, gs),
+            "bool op": (True, 1.0, 1.0, gs),
+            "Adasum": (hvd.Adasum, 1.0, 1.0, gs),
+            "op 99": (99, 1.0, 1.0, gs),
+            "numpy scale": (None, np.float32(2), 1.0, gs),
+            "huge int scale": (None, 1.0, 10 ** 400, gs),
+            "set without an id": (None, 1.0, 1.0, NoId()),
+            "str set id": (None, 1.0, 1.0, StrId()),
+        }
+        out = {}
+        for label, (op, pre, post, ps) in declined.items():
+            out[label] = _core.allreduce_small(x, None, op, pre, post, ps, False, [])
+        out["next name"] = _core.next_auto_name("allreduce", 0)
+        taken = {
+            "None op, int scales": _core.allreduce_small(x, None, None, 2, 3, gs, False, []),
+            "Min": _core.allreduce_small(x, "m", hvd.Min, 1.0, 1.0, gs, False, []),
+        }
+        out["taken"] = {k: v.tolist() for k, v in taken.items()}
+        try:
+            _core.allreduce_small(x, None, None, 1.0)
+            out["wrong count"] = "no error"
+        except TypeError as e:
+            out["wrong count"] = str(e)
+        return out
+    """), timeout=60)
+    base = np.arange(6, dtype=np.float32)
+    for rank, got in enumerate(res):
+        for label, value in got.items():
+            if label not in ("taken", "wrong count", "next name"):
+                assert value is None, f"rank {rank}: {label} was taken: {value}"
+        assert got["taken"]["None op, int scales"] == ((base * 2 + (base + 1) * 2) / 2 * 3).tolist()
+        assert got["taken"]["Min"] == base.tolist()
+        assert "keep: list" in got["wrong count"], got["wrong count"]
+        assert got["next name"] == "allreduce.noname.0", got["next name"]
 
 
 # The shared-memory vote's messages are sized for the largest rider: unset, a pair's
