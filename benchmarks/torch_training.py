@@ -14,7 +14,12 @@ repeats) so that machine noise hits all alike. Each implementation's img/s is di
 the bound *of the same repeat*; the table shows the median fraction and its range.
 
     python benchmarks/torch_training.py [--model smallcnn --batch-size 32 --repeats 5]
-        [--launch mpirun-yield|mpirun|horovodlite-run] [--pin] [--impls bound,horovodlite,...]
+        [--launch mpirun-yield|mpirun|horovodlite-run] [--pin] [--paired]
+        [--impls bound,horovodlite,...]
+
+--paired also times each implementation against a twin in the same launch: the same
+model trained with nothing exchanged, in alternating blocks (see _paired_blocks); its
+table has one fraction per pair of blocks, free of the spread between launches.
 
 --launch says how the MPI-based implementations start: `mpirun-yield` (default):
 `mpirun --bind-to none --mca mpi_yield_when_idle 1`; `mpirun`: plain `mpirun -np N`
@@ -156,9 +161,15 @@ def worker_framework(args, impl):
         _pin(int(os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK", rank)))
     before = _threads()
     stats0 = _stats(impl)
-    img_secs = _example().run(args, hvd, log=lambda *a, **k: None)
+    paired = {}
+    if args.paired and impl != "bound":
+        img_secs, paired = _paired_framework(args, hvd)
+    else:
+        img_secs = _example().run(args, hvd, log=lambda *a, **k: None)
     extra = _others(before, _threads(), _steps(args))
-    extra.update(_engine_extra(impl, stats0, _steps(args)))
+    extra.update(_engine_extra(impl, stats0, _steps(args)), **paired)
+    if paired:  # twice the steps, half of them the twin's: no CPU time per exchanging step
+        extra.pop("cpu_ms_per_step")
     _report(rank, size, img_secs, extra)
     if impl != "bound":
         hvd.shutdown()
@@ -189,36 +200,96 @@ def _engine_extra(impl, stats0, steps):
             "negotiate_ms_per_step": d["negotiate_ns"] / steps / 1e6}
 
 
-def worker_ddp(args):
+# ---- --paired: the bound inside the same launch ----
+#
+# Launches differ more than the exchange costs (the bound alone moved 291-401 img/s
+# between the repeats of one run), so the fraction of a bound measured in another
+# launch carries that spread. --paired also measures each implementation against a
+# twin in the same processes: the same model and seed, trained with a plain optimizer
+# and nothing exchanged. Blocks of --num-batches-per-iter steps alternate E P, P E, ...
+# after a sync of the ranks, and each pair gives one fraction: the job's exchanging
+# block (its slowest rank) over its twin's. The framework stays initialised during the
+# twin's blocks, so what the pairs measure is the cost of exchanging, not an idle
+# engine's (issue 19's third target, measured apart: benchmarks/idle_engine_cost.py).
+
+def _paired_blocks(args, exchanging, twin, sync):
+    """Per pair, this rank's img/s of the exchanging step's block and of the twin's."""
+    timeit.timeit(exchanging, number=args.num_warmup_batches)
+    timeit.timeit(twin, number=args.num_warmup_batches)
+    e_ips, p_ips = [], []
+    for i in range(args.num_iters):
+        for step, out in ((exchanging, e_ips), (twin, p_ips))[::1 if i % 2 == 0 else -1]:
+            sync()
+            out.append(args.batch_size * args.num_batches_per_iter /
+                       timeit.timeit(step, number=args.num_batches_per_iter))
+    return e_ips, p_ips
+
+
+def _models_and_step(args, size):
+    """The model twice from one seed (the exchanging one and its twin), sgd(model): its
+    optimizer, and step(model, optimizer) on one fixed batch."""
     import torch
-    import torch.distributed as dist
     import torch.nn.functional as F
+
+    ex = _example()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    model = ex.MODELS[args.model]()
+    torch.manual_seed(0)
+    twin = ex.MODELS[args.model]()
+    data = torch.randn(args.batch_size, 3, args.image_size, args.image_size)
+    target = torch.randint(0, model.fc.out_features, (args.batch_size,))
+
+    def step(m, opt):
+        opt.zero_grad()
+        F.cross_entropy(m(data), target).backward()
+        opt.step()
+    sgd = lambda m: torch.optim.SGD(m.parameters(), lr=0.01 * size, momentum=0.9)  # noqa: E731
+    return model, twin, sgd, step
+
+
+def _paired_framework(args, hvd):
+    import torch
+
+    model, twin, sgd, step = _models_and_step(args, hvd.size())
+    opt = hvd.DistributedOptimizer(sgd(model), named_parameters=model.named_parameters())
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    twin_opt = sgd(twin)
+    e, p = _paired_blocks(args, lambda: step(model, opt), lambda: step(twin, twin_opt),
+                          lambda: hvd.allreduce(torch.zeros(1), name="paired.sync"))
+    return e, {"paired_e": e, "paired_p": p}
+
+
+def worker_ddp(args):
+    import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     dist.init_process_group("gloo")
     rank, size = dist.get_rank(), dist.get_world_size()
     if args.pin:
         _pin(int(os.environ.get("LOCAL_RANK", rank)))
-    torch.set_num_threads(args.threads)
-    torch.manual_seed(0)
-    net = _example().MODELS[args.model]()
-    classes = net.fc.out_features
+    net, twin, sgd, train = _models_and_step(args, size)
     model = DDP(net)
-    opt = torch.optim.SGD(model.parameters(), lr=0.01 * size, momentum=0.9)
-    data = torch.randn(args.batch_size, 3, args.image_size, args.image_size)
-    target = torch.randint(0, classes, (args.batch_size,))
+    opt = sgd(model)
 
     def step():
-        opt.zero_grad()
-        F.cross_entropy(model(data), target).backward()
-        opt.step()
+        train(model, opt)
 
     before = _threads()
-    timeit.timeit(step, number=args.num_warmup_batches)
-    img_secs = [args.batch_size * args.num_batches_per_iter /
-                timeit.timeit(step, number=args.num_batches_per_iter)
-                for _ in range(args.num_iters)]
-    _report(rank, size, img_secs, _others(before, _threads(), _steps(args)))
+    paired = {}
+    if args.paired:
+        twin_opt = sgd(twin)
+        img_secs, p = _paired_blocks(args, step, lambda: train(twin, twin_opt), dist.barrier)
+        paired = {"paired_e": img_secs, "paired_p": p}
+    else:
+        timeit.timeit(step, number=args.num_warmup_batches)
+        img_secs = [args.batch_size * args.num_batches_per_iter /
+                    timeit.timeit(step, number=args.num_batches_per_iter)
+                    for _ in range(args.num_iters)]
+    extra = {**_others(before, _threads(), _steps(args)), **paired}
+    if paired:  # as in worker_framework
+        extra.pop("cpu_ms_per_step")
+    _report(rank, size, img_secs, extra)
     dist.destroy_process_group()
 
 
@@ -285,6 +356,10 @@ def _launch(impl, np_, passthrough, own, script=None):
                        "submit_to_round_us", "ring_to_round_us", "negotiate_ms_per_step",
                        "cpu_ms_per_step")
              if k in ranks[0]}
+    if "paired_e" in ranks[0]:  # per pair: the job's (slowest rank's) blocks
+        costs["paired"] = [min(r["paired_e"][j] for r in ranks) /
+                           min(r["paired_p"][j] for r in ranks)
+                           for j in range(len(ranks[0]["paired_e"]))]
     # The other threads' CPU as a share of the step (steps stretch under load).
     costs["other_cpu_share"] = costs["other_ms_per_step"] * total / np_ / args_batch(passthrough) / 1e3
     if own.verbose:
@@ -357,7 +432,9 @@ def compare(impls, own, passthrough, script=None):
             this[impl], c = _launch(impl, own.np, passthrough, own, script)
             costs[impl].append(c)
             print(f"  repeat {rep + 1}: {impl:12s} {this[impl]:7.1f} img/s  " +
-                  "  ".join(f"{k} {v:.2f}" for k, v in c.items()), flush=True)
+                  "  ".join(f"{k} {v:.2f}" for k, v in c.items() if k != "paired") +
+                  (f"  paired {statistics.median(c['paired']):.3f}" if "paired" in c else ""),
+                  flush=True)
         for impl in impls:
             ips[impl].append(this[impl])
             frac[impl].append(this[impl] / this["bound"])
@@ -388,6 +465,22 @@ def compare(impls, own, passthrough, script=None):
             lo, hi = median_interval(frac[impl])
             print(f"  {impl:12s} {statistics.median(frac[impl]):.3f}  [{lo:.3f}, {hi:.3f}]  "
                   f"({len(frac[impl])} repeats)")
+    _print_paired(impls, costs)
+
+
+def _print_paired(impls, costs):
+    """--paired's table: every pair of every repeat, per implementation."""
+    rows = [(i, [f for c in costs[i] for f in c.get("paired", ())]) for i in impls]
+    rows = [(i, v) for i, v in rows if v]
+    if not rows:
+        return
+    print("\nfraction of the twin's img/s in the same launch (--paired: the exchanging "
+          "block over the nothing-exchanged block beside it), median over all pairs, 95 % "
+          "bootstrap interval:")
+    for impl, v in rows:
+        lo, hi = median_interval(v)
+        print(f"  {impl:12s} {statistics.median(v):.3f}  [{lo:.3f}, {hi:.3f}]  ({len(v)} pairs, "
+              f"range {min(v):.3f}-{max(v):.3f})")
 
 
 def median_interval(values, level=0.95, draws=4000):
@@ -405,6 +498,9 @@ def median_interval(values, level=0.95, draws=4000):
 
 def _own_arguments(ap):
     ap.add_argument("--pin", action="store_true")
+    ap.add_argument("--paired", action="store_true",
+                    help="also time each implementation against a nothing-exchanged twin in "
+                         "the same launch, in alternating blocks")
     ap.add_argument("--before", metavar="PYTHON",
                     help="also run horovodlite-before: the python of another installation "
                          "(before/after comparisons in one launch)")
@@ -423,13 +519,13 @@ def main():
     if "--batch-size" not in rest:
         rest += ["--batch-size", "32"]
     args = ex.parse_args(rest)
-    args.pin = own.pin
+    args.pin, args.paired = own.pin, own.paired
     if own.worker == "ddp-gloo":
         return worker_ddp(args)
     if own.worker:
         return worker_framework(args, own.worker)
 
-    passthrough = rest + (["--pin"] if own.pin else [])
+    passthrough = rest + (["--pin"] if own.pin else []) + (["--paired"] if own.paired else [])
     impls = [i for i in own.impls.split(",") if i]
     if "bound" not in impls:
         impls.insert(0, "bound")
