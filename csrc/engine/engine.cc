@@ -141,7 +141,7 @@ Worker* Engine::worker_for(int id) {
                            " (removed, or never added on this rank)");
 }
 
-int64_t Engine::enqueue(EnqueueArgs a) {
+std::shared_ptr<HandleState> Engine::submit(EnqueueArgs a) {
   std::lock_guard<std::mutex> l(mu_);
   Worker* w = worker_for(a.process_set);
   auto e = std::make_unique<TensorEntry>();
@@ -166,7 +166,7 @@ int64_t Engine::enqueue(EnqueueArgs a) {
   const bool quiet = a.caller_waits && w->may_help(tensor_bytes(e->req.shape, e->req.dtype), e->req.device);
   const Clock::time_point ready_at = e->req.ready_at;
   w->queue().push(std::move(e), !quiet, ready_at);
-  return handles_.add(h);
+  return h;
 }
 
 std::shared_ptr<HandleState> Engine::handle(int64_t id) {

@@ -62,13 +62,16 @@ void* address_of(py::handle h) {
 }
 
 // Enqueues; a closed queue (shut down, or a lost peer) is a HorovodInternalError.
-int64_t submit(EnqueueArgs a) {
+// submit_held: for a caller that waits at once (wait_held), no handle id.
+std::shared_ptr<HandleState> submit_held(EnqueueArgs a) {
   try {
-    return Engine::get().enqueue(std::move(a));
+    return Engine::get().submit(std::move(a));
   } catch (const QueueClosed& e) {
     throw InternalError(e.what());
   }
 }
+
+int64_t submit(EnqueueArgs a) { return Engine::get().track(submit_held(std::move(a))); }
 
 // The request fields every collective has. GPU tensors come with the producer's
 // cudaStream_t as an int (0 = legacy default stream); None = the tensor is ready now.
@@ -130,6 +133,7 @@ int64_t enqueue_allreduce(const std::string& name, py::handle in, py::handle out
 // arrays alive until it is done (handles.allreduce_now).
 thread_local int64_t t_interrupted = -1;
 void wait(int64_t h, bool release, bool note_interrupt = false);
+void wait_held(const std::shared_ptr<HandleState>& st);
 
 // A blocking allreduce of host arrays in one call: enqueue_allreduce as a caller that
 // waits (which may run the round itself: Worker::help), then wait and release. The
@@ -211,7 +215,7 @@ py::object allreduce_small(py::handle tensor, py::handle name, int reduce_op, do
   a.output = py::detail::array_proxy(out.ptr())->data;
   a.caller_waits = true;
   try {
-    wait(submit(std::move(a)), true, true);
+    wait_held(submit_held(std::move(a)));
   } catch (...) {
     if (t_interrupted >= 0) keep.append(out);
     throw;
@@ -336,21 +340,36 @@ PyObject* g_type_error = nullptr;
 // `release` also drops the handle once it is done, whatever the outcome (one call
 // for results that do not need the handle any more); `note_interrupt`: a signal's
 // exception notes `h` in t_interrupted.
-void wait(int64_t h, bool release, bool note_interrupt) {
-  auto st = Engine::get().handle(h);
+// Whether `st` is done; false where a signal's exception is pending instead.
+bool wait_or_signal(HandleState& st) {
   for (;;) {
     bool done;
     {
       py::gil_scoped_release nogil;
-      done = Engine::get().wait(*st, std::chrono::milliseconds(100));
+      done = Engine::get().wait(st, std::chrono::milliseconds(100));
     }
-    if (done) break;
-    if (PyErr_CheckSignals() != 0) {
-      if (note_interrupt) t_interrupted = h;
-      throw py::error_already_set();
-    }
+    if (done) return true;
+    if (PyErr_CheckSignals() != 0) return false;
+  }
+}
+
+void wait(int64_t h, bool release, bool note_interrupt) {
+  auto st = Engine::get().handle(h);
+  if (!wait_or_signal(*st)) {
+    if (note_interrupt) t_interrupted = h;
+    throw py::error_already_set();
   }
   if (release) Engine::get().release(h);
+  if (!st->status.is_ok()) raise_status(st->status);
+}
+
+// wait(h, true, true) for a request without a handle id (submit_held): a signal's
+// exception gives it one, noted in t_interrupted.
+void wait_held(const std::shared_ptr<HandleState>& st) {
+  if (!wait_or_signal(*st)) {
+    t_interrupted = Engine::get().track(st);
+    throw py::error_already_set();
+  }
   if (!st->status.is_ok()) raise_status(st->status);
 }
 
