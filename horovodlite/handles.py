@@ -231,10 +231,11 @@ def allreduce_now(src, dst, name, dtype, reduce_op, prescale, postscale, process
 
 def _orphan_interrupted(keep):
     """After a blocking call into the core raised: where a signal's exception left its
-    collective to the peers, `keep` (its arrays) stays alive until that is done."""
-    h = _core.take_interrupted()
+    collective to the peers, `keep` (its arrays, and the output the core made, if it
+    made one) stays alive until that is done."""
+    h, output = _core.take_interrupted()
     if h >= 0:
-        _orphans.append((h, keep))
+        _orphans.append((h, (keep, output)))
 
 
 def allreduce_small(tensor, name, op, prescale, postscale, process_set, in_place):
@@ -248,12 +249,11 @@ def allreduce_small(tensor, name, op, prescale, postscale, process_set, in_place
         return None
     if _orphans:
         _reap_orphans()
-    keep = []
     try:
         return _core.allreduce_small(tensor, name, op, prescale, postscale, process_set,
-                                     in_place, keep)
+                                     in_place)
     except BaseException:
-        _orphan_interrupted((tensor, keep))
+        _orphan_interrupted(tensor)
         raise
 
 

@@ -129,9 +129,12 @@ int64_t enqueue_allreduce(const std::string& name, py::handle in, py::handle out
 }
 
 // The handle a Python signal's exception (Ctrl-C, an alarm) left pending during this
-// thread's last allreduce_now, or -1: the peers still run it, so the caller keeps its
-// arrays alive until it is done (handles.allreduce_now).
+// thread's last allreduce_now or allreduce_small, or -1: the peers still run it, so the
+// caller keeps its arrays alive until it is done (handles.py). allreduce_small's output,
+// made here, is held for the caller in t_interrupted_output (a new reference, taken
+// with the handle by take_interrupted()).
 thread_local int64_t t_interrupted = -1;
+thread_local PyObject* t_interrupted_output = nullptr;
 void wait(int64_t h, bool release, bool note_interrupt = false);
 void wait_held(const std::shared_ptr<HandleState>& st);
 
@@ -171,12 +174,12 @@ std::vector<std::pair<PyObject*, int>> g_plain_dtypes;
 // the array is not a C-contiguous (and, in place, writeable) ndarray of a registered
 // dtype, or its output would be larger than `kSmallBytes` (those come from the output
 // pool or the shared arena: ops._empty_like); the general path then runs the call. A
-// signal's exception while waiting appends the output to `keep` (the caller keeps it
-// and the input alive until the peers are done: handles.py).
+// signal's exception while waiting leaves the output in t_interrupted_output (the
+// caller keeps it and the input alive until the peers are done: handles.py).
 constexpr size_t kSmallBytes = 64 << 10;
 
 py::object allreduce_small(py::handle tensor, py::handle name, int reduce_op, double prescale,
-                           double postscale, int process_set, bool in_place, py::list keep) {
+                           double postscale, int process_set, bool in_place) {
   const auto& api = py::detail::npy_api::get();
   if (Py_TYPE(tensor.ptr()) != api.PyArray_Type_ || !Engine::get().initialized())
     return py::none();
@@ -217,7 +220,10 @@ py::object allreduce_small(py::handle tensor, py::handle name, int reduce_op, do
   try {
     wait_held(submit_held(std::move(a)));
   } catch (...) {
-    if (t_interrupted >= 0) keep.append(out);
+    if (t_interrupted >= 0) {
+      Py_XDECREF(t_interrupted_output);
+      t_interrupted_output = out.inc_ref().ptr();
+    }
     throw;
   }
   return out;
@@ -230,7 +236,7 @@ py::object allreduce_small(py::handle tensor, py::handle name, int reduce_op, do
 // checks ops._plain_blocking made in Python (~0.25 us) and pybind11's argument loaders
 // (~0.2 us) are done here on the raw objects, a vectorcall (METH_FASTCALL).
 // Arguments: tensor, name, op (None: Average), prescale, postscale, process_set (an
-// object with an int process_set_id), in_place, keep. None, having done nothing, for
+// object with an int process_set_id), in_place. None, having done nothing, for
 // anything not plain: an op other than None or an int among Average, Sum, Min, Max,
 // Product; a scale factor that is not a float or int; a set without an int id.
 
@@ -279,10 +285,10 @@ bool plain_set(PyObject* process_set, int* id) {
 }
 
 PyObject* allreduce_small_fast(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 8 || !PyList_Check(args[7])) {
+  if (nargs != 7) {
     PyErr_SetString(PyExc_TypeError,
                     "allreduce_small(tensor, name, op, prescale, postscale, process_set, "
-                    "in_place, keep: list)");
+                    "in_place)");
     return nullptr;
   }
   int op = 0, set = 0;
@@ -291,8 +297,7 @@ PyObject* allreduce_small_fast(PyObject*, PyObject* const* args, Py_ssize_t narg
       !plain_number(args[4], &postscale) || !plain_set(args[5], &set))
     Py_RETURN_NONE;
   try {
-    return allreduce_small(args[0], args[1], op, prescale, postscale, set, args[6] == Py_True,
-                           py::reinterpret_borrow<py::list>(args[7]))
+    return allreduce_small(args[0], args[1], op, prescale, postscale, set, args[6] == Py_True)
         .release()
         .ptr();
   } catch (...) {
@@ -534,7 +539,13 @@ PYBIND11_MODULE(_core, m) {
   m.def("register_plain_dtype", [](py::object dtype, int code) {
     g_plain_dtypes.emplace_back(dtype.inc_ref().ptr(), code);
   });
-  m.def("take_interrupted", [] { return std::exchange(t_interrupted, int64_t(-1)); });
+  // (handle, allreduce_small's output or None), and both are forgotten here.
+  m.def("take_interrupted", [] {
+    py::object out = t_interrupted_output
+                         ? py::reinterpret_steal<py::object>(std::exchange(t_interrupted_output, nullptr))
+                         : py::none();
+    return py::make_tuple(std::exchange(t_interrupted, int64_t(-1)), out);
+  });
   m.def("wait", [](int64_t h) { wait(h, false); });
   m.def("wait_release", [](int64_t h) { wait(h, true); });
   m.def("release", [](int64_t h) { Engine::get().release(h); });
