@@ -167,10 +167,10 @@ std::string next_auto_name(const std::string& kind, int process_set) {
 // Raw references, kept for the life of the process (as g_value_error's below).
 std::vector<std::pair<PyObject*, int>> g_plain_dtypes;
 
-// A blocking allreduce of a plain numpy array in one call (ops._plain_blocking; its
-// caller has checked the other arguments: numbers, an op among Average..Product): check
-// the array, name the call, make the output, allreduce_now. Python's share of a 4 KiB
-// call was ~1.5 of ~5.5 us. Returns None, having taken no name and done nothing, where
+// A blocking allreduce of a plain numpy array in one call (its entry point below has
+// checked the other arguments: numbers, an op among Average..Product): check the array,
+// name the call, make the output, submit as a caller that waits, and wait. Python's
+// share of a 4 KiB call was ~1.5 of ~5.5 us. Returns None, having taken no name and done nothing, where
 // the array is not a C-contiguous (and, in place, writeable) ndarray of a registered
 // dtype, or its output would be larger than `kSmallBytes` (those come from the output
 // pool or the shared arena: ops._empty_like); the general path then runs the call. A
@@ -339,13 +339,10 @@ PyObject* g_type_error = nullptr;
   throw py::error_already_set();
 }
 
-// Waits for `h` without the GIL, taking it back every 100 ms to run Python's signal
-// handlers: a KeyboardInterrupt (or an alarm's exception) leaves the collective
-// pending, so a later synchronize of the same handle can still complete it.
-// `release` also drops the handle once it is done, whatever the outcome (one call
-// for results that do not need the handle any more); `note_interrupt`: a signal's
-// exception notes `h` in t_interrupted.
-// Whether `st` is done; false where a signal's exception is pending instead.
+// Waits for `st` without the GIL, taking it back every 100 ms to run Python's signal
+// handlers: true once done; false where a signal's exception (a KeyboardInterrupt, an
+// alarm's) is pending instead. That leaves the collective pending, so a later
+// synchronize of the same handle can still complete it.
 bool wait_or_signal(HandleState& st) {
   for (;;) {
     bool done;
@@ -358,6 +355,10 @@ bool wait_or_signal(HandleState& st) {
   }
 }
 
+// wait_or_signal for handle `h`, then raises its error if it failed. `release` also
+// drops the handle once it is done, whatever the outcome (one call for results that do
+// not need the handle any more); `note_interrupt`: a signal's exception notes `h` in
+// t_interrupted.
 void wait(int64_t h, bool release, bool note_interrupt) {
   auto st = Engine::get().handle(h);
   if (!wait_or_signal(*st)) {
@@ -532,7 +533,9 @@ PYBIND11_MODULE(_core, m) {
     static PyMethodDef def = {"allreduce_small", reinterpret_cast<PyCFunction>(
                                   reinterpret_cast<void (*)()>(&allreduce_small_fast)),
                               METH_FASTCALL, "hvd.allreduce of a plain array (handles.py)"};
-    m.attr("allreduce_small") = py::reinterpret_steal<py::object>(PyCFunction_New(&def, nullptr));
+    PyObject* f = PyCFunction_New(&def, nullptr);
+    if (!f) throw py::error_already_set();
+    m.attr("allreduce_small") = py::reinterpret_steal<py::object>(f);
   }
   m.def("next_auto_name", &next_auto_name);
   m.def("reset_auto_counts", [] { g_auto_counts.clear(); });
