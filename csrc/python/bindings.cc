@@ -301,7 +301,9 @@ PyObject* allreduce_small_fast(PyObject*, PyObject* const* args, Py_ssize_t narg
         .release()
         .ptr();
   } catch (...) {
-    py::detail::try_translate_exceptions();  // as pybind11's dispatcher does
+    // As pybind11's dispatcher does (registered translators included); a detail
+    // function of pybind11 3 (pyproject.toml asks for >= 3.0).
+    py::detail::try_translate_exceptions();
     return nullptr;
   }
 }
