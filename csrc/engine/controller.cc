@@ -216,11 +216,44 @@ void Controller::set_vote(std::unique_ptr<VoteExchange> x, size_t rider_max, Rid
   peer_inputs_.assign(t_.size(), nullptr);
 }
 
-// Each message: [vote words][rider tag: cache bit + 1, kUncachedRider, or 0: no rider]
-// [rider bytes][requests' bytes + 1, or 0: not carried][rider][requests].
+size_t Controller::pack_vote(const std::vector<uint64_t>& vote, char* out) const {
+  size_t k = words_;
+  while (k > 0 && vote[k] == 0 && vote[words_ + k] == ~uint64_t(0) &&
+         vote[2 * words_ + k] == ~uint64_t(0))
+    --k;
+  const uint64_t w[2] = {vote[0], k};
+  std::memcpy(out, w, sizeof w);
+  for (size_t s = 0; s < 3; ++s)
+    std::memcpy(out + (2 + s * k) * sizeof(uint64_t), vote.data() + 1 + s * words_,
+                k * sizeof(uint64_t));
+  return 2 + 3 * k;
+}
+
+size_t Controller::and_packed_vote(const char* msg, size_t avail,
+                                   std::vector<uint64_t>& vote) const {
+  uint64_t w[2];
+  if (avail < 2) return 0;
+  std::memcpy(w, msg, sizeof w);
+  const uint64_t k = w[1];
+  if (k > words_ || avail < 2 + 3 * k) return 0;
+  vote[0] &= w[0];
+  for (size_t s = 0; s < 3; ++s)
+    for (size_t i = 0; i < k; ++i) {
+      uint64_t x;
+      std::memcpy(&x, msg + (2 + s * k + i) * sizeof x, sizeof x);
+      vote[1 + s * words_ + i] &= x;
+    }
+  // Past k the peer's words are the defaults: not ready (0); valid and not ready (all
+  // ones, which leave the AND as it is).
+  for (size_t i = k; i < words_; ++i) vote[1 + i] = 0;
+  return 2 + 3 * k;
+}
+
+// Each message: [packed vote words (pack_vote)][rider tag: cache bit + 1,
+// kUncachedRider, or 0: no rider][rider bytes][requests' bytes + 1, or 0: not carried]
+// [rider][requests]. The packed words' length differs by rank and round.
 uint64_t Controller::exchange_vote(std::vector<uint64_t>& vote, const std::string& requests,
                                    const Response* lone) {
-  const size_t vote_bytes = vote.size() * sizeof(uint64_t), head = rider_head();
   const int n = t_.size(), me = t_.rank();
   uint64_t mine[3] = {0, 0, 0};
   Rider r;
@@ -233,9 +266,10 @@ uint64_t Controller::exchange_vote(std::vector<uint64_t>& vote, const std::strin
     r = rider_for_(*lone);
     if (r.data && r.bytes <= rider_max_) mine[0] = kUncachedRider, mine[1] = r.bytes;
   }
-  if (head + mine[1] + requests.size() <= exchange_->capacity()) mine[2] = requests.size() + 1;
   char* out = exchange_->outbox();
-  std::memcpy(out, vote.data(), vote_bytes);
+  const size_t vote_bytes = pack_vote(vote, out) * sizeof(uint64_t);
+  const size_t head = vote_bytes + sizeof mine;
+  if (head + mine[1] + requests.size() <= exchange_->capacity()) mine[2] = requests.size() + 1;
   std::memcpy(out + vote_bytes, mine, sizeof mine);
   if (mine[0]) std::memcpy(out + head, r.data, r.bytes);
   if (mine[2] > 1) std::memcpy(out + head + mine[1], requests.data(), mine[2] - 1);
@@ -249,26 +283,24 @@ uint64_t Controller::exchange_vote(std::vector<uint64_t>& vote, const std::strin
     if (p == me) continue;
     const char* msg = exchange_->inbox(p);
     const size_t len = exchange_->length(p);
-    if (len < head)
+    const size_t words = and_packed_vote(msg, len / sizeof(uint64_t), vote);
+    const size_t their_head = words * sizeof(uint64_t) + sizeof mine;
+    if (!words || len < their_head)
       throw std::runtime_error("horovodlite: the negotiation message from rank " + std::to_string(p) +
-                               " has " + std::to_string(len) + " bytes, fewer than the " +
-                               std::to_string(head) + " of a vote");
+                               " has " + std::to_string(len) + " bytes, fewer than its vote's " +
+                               std::to_string(their_head) + " (at most " +
+                               std::to_string(rider_head()) + ")");
     uint64_t theirs[3];
-    std::memcpy(theirs, msg + vote_bytes, sizeof theirs);
-    if (len != head + theirs[1] + (theirs[2] ? theirs[2] - 1 : 0))
+    std::memcpy(theirs, msg + words * sizeof(uint64_t), sizeof theirs);
+    if (len != their_head + theirs[1] + (theirs[2] ? theirs[2] - 1 : 0))
       throw std::runtime_error("horovodlite: the negotiation message from rank " + std::to_string(p) +
                                " has " + std::to_string(len) + " bytes, not the " +
-                               std::to_string(head) + " + " + std::to_string(theirs[1]) + " + " +
+                               std::to_string(their_head) + " + " + std::to_string(theirs[1]) + " + " +
                                std::to_string(theirs[2] ? theirs[2] - 1 : 0) + " its header names");
-    for (size_t i = 0; i < vote.size(); ++i) {
-      uint64_t w;
-      std::memcpy(&w, msg + i * sizeof w, sizeof w);
-      vote[i] &= w;
-    }
     same = same && mine[0] == theirs[0] && mine[1] == theirs[1];
     all_requests = all_requests && theirs[2] != 0;
-    if (theirs[2]) voted_requests_[p] = std::string_view(msg + head + theirs[1], theirs[2] - 1);
-    peer_inputs_[p] = msg + head;
+    if (theirs[2]) voted_requests_[p] = std::string_view(msg + their_head + theirs[1], theirs[2] - 1);
+    peer_inputs_[p] = msg + their_head;
   }
   if (!all_requests) voted_requests_.clear();
   return same ? mine[0] : 0;

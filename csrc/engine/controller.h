@@ -114,9 +114,18 @@ class Controller {
   // Whether every rank's requests in the vote are the same bytes (but for sender and
   // age). The same on every rank: it reads only what every rank read.
   bool all_sent_alike() const;
-  // A vote message's bytes before its rider: the words, then the rider's tag and bytes
-  // and the requests' bytes + 1 (0: not carried).
-  size_t rider_head() const { return vote_words() * sizeof(uint64_t) + 3 * sizeof(uint64_t); }
+  // The most bytes of a vote message before its rider: the packed words (pack_vote),
+  // then the rider's tag and bytes and the requests' bytes + 1 (0: not carried).
+  size_t rider_head() const { return (vote_words() + 1) * sizeof(uint64_t) + 3 * sizeof(uint64_t); }
+  // A vote's words as a message carries them: [flags][k][the first k words of each of
+  // the three sections], k the fewest that leave only each section's default behind
+  // (ready 0, valid and not-ready all ones). With a lone cached tensor that is 4 words
+  // instead of 1 + 3 * capacity / 64 (49 at the default 1024): across a 1 Gbit/s link
+  // those 360 bytes were ~3 us of every call. Returns the words written.
+  size_t pack_vote(const std::vector<uint64_t>& vote, char* out) const;
+  // ANDs a peer's packed words (`avail` of them readable) into `vote`; returns the
+  // words they took, or 0 if they do not fit.
+  size_t and_packed_vote(const char* msg, size_t avail, std::vector<uint64_t>& vote) const;
   static constexpr uint64_t kUncachedRider = ~uint64_t(0);
   static constexpr size_t kRequestRoom = 4 << 10;
   // Step 3's gather of every rank's requests to rank 0 and the broadcast of its answer:

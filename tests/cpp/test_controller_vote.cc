@@ -39,6 +39,7 @@ class BoardVote final : public VoteExchange {
   size_t capacity() const override { return Board::kCap; }
   char* outbox() override { return &b_.buf[me_][(votes_ + 1) % 2][0]; }
   void exchange(size_t bytes) override {
+    sent.push_back(bytes);
     std::unique_lock<std::mutex> l(b_.mu);
     const uint64_t v = ++votes_;
     b_.len[me_][v % 2] = bytes;
@@ -53,6 +54,7 @@ class BoardVote final : public VoteExchange {
   const char* inbox(int p) const override { return b_.buf[p][votes_ % 2].data(); }
   size_t length(int p) const override { return b_.len[p][votes_ % 2]; }
   bool carries_negotiation() const override { return true; }
+  std::vector<size_t> sent;  // this rank's message sizes, one per exchange
 
  private:
   Board& b_;
@@ -73,21 +75,24 @@ struct Ran {
   bool in_vote = false, cache_only = true;
   std::string rider;  // the peer's input when it rode, as text
   std::string error;
+  size_t vote_bytes = 0;  // this rank's first message of the round (its vote)
 };
 
 // One round per entry on both ranks; each rank's tensors hold "<name>@<rank>" (padded to
 // 16 bytes: 4 floats), the rider the engine would send for them.
 using Plan = std::vector<std::vector<Request>>;
-std::vector<std::vector<Ran>> rounds(const Plan& r0, const Plan& r1) {
+std::vector<std::vector<Ran>> rounds(const Plan& r0, const Plan& r1, size_t capacity = 64) {
   auto world = test::ThreadWorldState::make(2);
   Board board(2);
   std::vector<std::vector<Ran>> ran(2);
   test::spawn(2, [&](int r) {
     const Plan& plan = r == 0 ? r0 : r1;
     auto t = world->world(r)->create_group({0, 1});
-    Controller c(*t, 64, 0, 0);
+    Controller c(*t, capacity, 0, 0);
     std::map<std::string, std::string> inputs;
-    c.set_vote(std::make_unique<BoardVote>(board, r), 64, [&](const Response& resp) {
+    auto vote = std::make_unique<BoardVote>(board, r);
+    BoardVote* seen = vote.get();
+    c.set_vote(std::move(vote), 64, [&](const Response& resp) {
       auto it = inputs.find(resp.name);
       if (it == inputs.end() || resp.op != OpType::ALLREDUCE || !resp.ok()) return Rider{};
       return Rider{it->second.data(), it->second.size()};
@@ -98,8 +103,10 @@ std::vector<std::vector<Ran>> rounds(const Plan& r0, const Plan& r1) {
         data.resize(4 * q.shape[0], '.');
         inputs[q.name] = data;
       }
+      const size_t before = seen->sent.size();
       RoundResult res = c.round(fresh, false);
       Ran got;
+      if (seen->sent.size() > before) got.vote_bytes = seen->sent[before];
       got.in_vote = res.full_in_vote;
       got.cache_only = res.cache_only;
       for (auto& resp : res.responses) {
@@ -191,6 +198,34 @@ int main() {
     for (int r = 0; r < 2; ++r) {
       CHECK((ran[r][0].names == S{"p", "q"}));
       CHECK(ran[r][0].rider.empty());
+    }
+  }
+  // The vote's words are packed (Controller::pack_vote): with a cache of 1024 entries
+  // and a lone cached tensor at bit 0, [flags][k = 1][3 words], the rider's tag triple
+  // and its 16 bytes make an 80-byte message (the full words would be 49 + 3 + 2).
+  // Seventy tensors fill bits 0-69; then rank 0 has only t69 ready (word 1: k = 2) and
+  // rank 1 only t0 (k = 1): neither runs (the words a rank left out count as not
+  // ready), and the next round, each with the other's, runs both.
+  {
+    Plan warm;
+    for (int i = 0; i < 70; ++i) warm.push_back({req("t" + std::to_string(i))});
+    Plan p0 = warm, p1 = warm;
+    p0.push_back({req("t0")});
+    p1.push_back({req("t0")});
+    p0.push_back({req("t69")});
+    p1.push_back({req("t0")});
+    p0.push_back({req("t0")});
+    p1.push_back({req("t69")});
+    auto ran = rounds(p0, p1, 1024);
+    for (int r = 0; r < 2; ++r) {
+      const Ran& lone = ran[r][70];
+      CHECK((lone.names == S{"t0"}) && lone.cache_only);
+      CHECK(lone.vote_bytes == (2 + 3) * 8 + 3 * 8 + 16);
+      CHECK(lone.rider.rfind("t0@" + std::to_string(1 - r), 0) == 0);
+      CHECK(ran[r][71].names.empty());
+      // (each rank's lone cached tensor rides, though the other's differs: 16 bytes)
+      CHECK(ran[r][71].vote_bytes == (r == 0 ? (2 + 3 * 2) * 8 : (2 + 3) * 8) + 3 * 8 + 16);
+      CHECK((ran[r][72].names == S{"t0", "t69"}));
     }
   }
   return hvdl::test::finish("controller_vote");
