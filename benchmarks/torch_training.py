@@ -225,9 +225,9 @@ def _paired_blocks(args, exchanging, twin, sync):
     return e_ips, p_ips
 
 
-def _models_and_step(args, size):
-    """The model twice from one seed (the exchanging one and its twin), sgd(model): its
-    optimizer, and step(model, optimizer) on one fixed batch."""
+def _models_and_step(args, size, paired):
+    """The model from one seed, and with `paired` its twin from the same seed (else
+    None), sgd(model): its optimizer, and step(model, optimizer) on one fixed batch."""
     import torch
     import torch.nn.functional as F
 
@@ -235,8 +235,10 @@ def _models_and_step(args, size):
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     model = ex.MODELS[args.model]()
-    torch.manual_seed(0)
-    twin = ex.MODELS[args.model]()
+    twin = None
+    if paired:
+        torch.manual_seed(0)
+        twin = ex.MODELS[args.model]()
     data = torch.randn(args.batch_size, 3, args.image_size, args.image_size)
     target = torch.randint(0, model.fc.out_features, (args.batch_size,))
 
@@ -251,7 +253,7 @@ def _models_and_step(args, size):
 def _paired_framework(args, hvd):
     import torch
 
-    model, twin, sgd, step = _models_and_step(args, hvd.size())
+    model, twin, sgd, step = _models_and_step(args, hvd.size(), True)
     opt = hvd.DistributedOptimizer(sgd(model), named_parameters=model.named_parameters())
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     twin_opt = sgd(twin)
@@ -268,7 +270,7 @@ def worker_ddp(args):
     rank, size = dist.get_rank(), dist.get_world_size()
     if args.pin:
         _pin(int(os.environ.get("LOCAL_RANK", rank)))
-    net, twin, sgd, train = _models_and_step(args, size)
+    net, twin, sgd, train = _models_and_step(args, size, args.paired)
     model = DDP(net)
     opt = sgd(model)
 

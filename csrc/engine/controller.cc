@@ -65,7 +65,7 @@ RoundResult Controller::round(std::vector<Request> fresh, bool want_shutdown, Ti
 
   // [flags][ready bits][valid bits][not-ready bits, whose AND says which are ready
   // somewhere]
-  std::vector<uint64_t> vote(1 + 3 * words_, 0);
+  std::vector<uint64_t> vote(vote_words(), 0);
   const bool coordinator_idle = !coord_ || (coord_->idle() && !coord_errors && !publish && !timeline);
   vote[0] = (unsent_.empty() && !coord_errors && !publish ? kNothingToSend : 0) |
             (want_shutdown ? 0 : kNoShutdown) | (timeline ? 0 : kNoTimeline) |

@@ -105,10 +105,10 @@ EnqueueArgs request(OpType op, const std::string& name, int dtype, int reduce_op
 // `shape`, `in` is a numpy array whose shape comes with its address through the buffer
 // protocol; with it, `in` and `out` may be addresses (torch). `device`/`stream` as in
 // enqueue.
-int64_t enqueue_allreduce(const std::string& name, py::handle in, py::handle out, int dtype,
-                          int reduce_op, double prescale, double postscale,
-                          const std::string& group, int group_size, int process_set,
-                          py::handle shape, int device, py::handle stream, bool caller_waits) {
+EnqueueArgs allreduce_request(const std::string& name, py::handle in, py::handle out, int dtype,
+                              int reduce_op, double prescale, double postscale,
+                              const std::string& group, int group_size, int process_set,
+                              py::handle shape, int device, py::handle stream, bool caller_waits) {
   EnqueueArgs a = request(OpType::ALLREDUCE, name, dtype, reduce_op, prescale, postscale, device,
                           group, group_size, process_set, stream);
   Py_buffer view;
@@ -125,7 +125,15 @@ int64_t enqueue_allreduce(const std::string& name, py::handle in, py::handle out
   }
   a.output = in.is(out) ? const_cast<void*>(a.input) : address_of(out);
   a.caller_waits = caller_waits;
-  return submit(std::move(a));
+  return a;
+}
+
+int64_t enqueue_allreduce(const std::string& name, py::handle in, py::handle out, int dtype,
+                          int reduce_op, double prescale, double postscale,
+                          const std::string& group, int group_size, int process_set,
+                          py::handle shape, int device, py::handle stream, bool caller_waits) {
+  return submit(allreduce_request(name, in, out, dtype, reduce_op, prescale, postscale, group,
+                                  group_size, process_set, shape, device, stream, caller_waits));
 }
 
 // The handle a Python signal's exception (Ctrl-C, an alarm) left pending during this
@@ -135,19 +143,18 @@ int64_t enqueue_allreduce(const std::string& name, py::handle in, py::handle out
 // with the handle by take_interrupted()).
 thread_local int64_t t_interrupted = -1;
 thread_local PyObject* t_interrupted_output = nullptr;
-void wait(int64_t h, bool release, bool note_interrupt = false);
 void wait_held(const std::shared_ptr<HandleState>& st);
 
-// A blocking allreduce of host arrays in one call: enqueue_allreduce as a caller that
-// waits (which may run the round itself: Worker::help), then wait and release. The
-// crossings it saves (a handle tracked, looked up and dropped in Python) were ~1.4 us of
-// a 4 KiB call's ~6.
+// A blocking allreduce of host arrays in one call: submitted as a caller that waits
+// (which may run the round itself: Worker::help), then waited for, holding the state
+// without a handle id as allreduce_small does. The crossings it saves (a handle tracked,
+// looked up and dropped in Python) were ~1.4 us of a 4 KiB call's ~6.
 void allreduce_now(const std::string& name, py::handle in, py::handle out, int dtype,
                    int reduce_op, double prescale, double postscale, int process_set) {
   static const std::string no_group;
-  const int64_t h = enqueue_allreduce(name, in, out, dtype, reduce_op, prescale, postscale,
-                                      no_group, 0, process_set, py::none(), -1, py::none(), true);
-  wait(h, true, true);
+  wait_held(submit_held(allreduce_request(name, in, out, dtype, reduce_op, prescale, postscale,
+                                          no_group, 0, process_set, py::none(), -1, py::none(),
+                                          true)));
 }
 
 // ---- hvd.allreduce of a small plain array, whole in one call ----
@@ -357,22 +364,19 @@ bool wait_or_signal(HandleState& st) {
   }
 }
 
-// wait_or_signal for handle `h`, then raises its error if it failed. `release` also
-// drops the handle once it is done, whatever the outcome (one call for results that do
-// not need the handle any more); `note_interrupt`: a signal's exception notes `h` in
-// t_interrupted.
-void wait(int64_t h, bool release, bool note_interrupt) {
+// wait_or_signal for handle `h` (a signal's exception leaves it to its owner's next
+// synchronize), then raises its error if it failed. `release` also drops the handle
+// once it is done, whatever the outcome (one call for results that do not need the
+// handle any more).
+void wait(int64_t h, bool release) {
   auto st = Engine::get().handle(h);
-  if (!wait_or_signal(*st)) {
-    if (note_interrupt) t_interrupted = h;
-    throw py::error_already_set();
-  }
+  if (!wait_or_signal(*st)) throw py::error_already_set();
   if (release) Engine::get().release(h);
   if (!st->status.is_ok()) raise_status(st->status);
 }
 
-// wait(h, true, true) for a request without a handle id (submit_held): a signal's
-// exception gives it one, noted in t_interrupted.
+// wait() for a request without a handle id (submit_held): a signal's exception gives
+// it one, noted in t_interrupted for the caller's orphan list (handles.py).
 void wait_held(const std::shared_ptr<HandleState>& st) {
   if (!wait_or_signal(*st)) {
     t_interrupted = Engine::get().track(st);
