@@ -4,6 +4,8 @@ examples/jax_synthetic_benchmark.py (one jitted step) at 2 ranks, one compute th
 rank, with
 
   bound        the same 2 ranks training with no gradient exchange at all
+  lockstep     the bound plus one barrier per step (torch_training.py says why): Keras
+               after every batch, JAX inside the jitted step
   horovodlite  horovodlite's DistributedOptimizer (Keras: horovodlite.tensorflow.keras;
                JAX: horovodlite.jax, the XLA FFI collective inside the jitted step)
 
@@ -20,7 +22,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 EXAMPLES = {"keras": "tensorflow2_keras_synthetic_benchmark", "jax": "jax_synthetic_benchmark"}
-IMPLS = ("bound", "horovodlite")
+IMPLS = ("bound", "lockstep", "horovodlite")
 
 
 def _load(path, name):
@@ -46,10 +48,48 @@ class _NoExchange(tt._NoExchange):
         return params
 
 
+class _KerasLockstep(_NoExchange):
+    """The lockstep reference for Keras: a barrier after every batch."""
+
+    class callbacks:  # noqa: N801 - the module's name
+        @staticmethod
+        def BroadcastGlobalVariablesCallback(root_rank):  # noqa: N802 - Horovod's name
+            from tensorflow import keras
+
+            class Lockstep(keras.callbacks.Callback):
+                def on_train_batch_end(self, batch, logs=None):
+                    tt._barrier()
+            return Lockstep()
+
+
+class _JaxLockstep(_NoExchange):
+    """The lockstep reference for JAX: the optimizer's update waits at a barrier inside
+    the jitted step (an ordered host callback), once per step."""
+
+    def DistributedOptimizer(self, tx, **kwargs):  # noqa: N802 - Horovod's name
+        import jax
+        import numpy as np
+        import optax
+        from jax.experimental import io_callback
+
+        def wait():
+            tt._barrier()
+            return np.float32(0)
+
+        def update(updates, state, params=None):
+            zero = io_callback(wait, jax.ShapeDtypeStruct((), np.float32), ordered=True)
+            # The updates depend on it, so the step cannot finish before the barrier.
+            updates = jax.tree_util.tree_map(lambda u: u + zero.astype(u.dtype), updates)
+            return tx.update(updates, state, params)
+        return optax.GradientTransformation(tx.init, update)
+
+
 def worker(framework, impl, args):
     example = _load(HERE.parent / "examples" / f"{EXAMPLES[framework]}.py", EXAMPLES[framework])
     if impl == "bound":
         hvd = _NoExchange()
+    elif impl == "lockstep":
+        hvd = _KerasLockstep() if framework == "keras" else _JaxLockstep()
     else:
         hvd = importlib.import_module(
             "horovodlite.tensorflow.keras" if framework == "keras" else "horovodlite.jax")
@@ -60,6 +100,8 @@ def worker(framework, impl, args):
     steps = tt._steps(args)
     extra = tt._others(before, tt._threads(), steps)
     extra.update(tt._engine_extra(impl, stats0, steps))
+    if impl == "lockstep":
+        extra["barriers_per_step"] = tt._barrier.calls / steps
     tt._report(hvd.rank(), hvd.size(), img_secs, extra)
     if impl != "bound":
         hvd.shutdown()

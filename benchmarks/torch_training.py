@@ -2,6 +2,12 @@
 examples/pytorch_synthetic_benchmark.py at 2 ranks, one torch thread per rank, with
 
   bound        the same 2 ranks training with no gradient exchange at all
+  lockstep     the bound plus one MPI barrier per step (before optimizer.step): nothing
+               exchanged, but the ranks wait for each other every step, as synchronous
+               data-parallel training must. On a machine whose step times vary, that
+               wait alone costs throughput, so this is the most any synchronous
+               implementation can reach; the gap between it and the bound is the
+               machine's, the gap below it the implementation's
   horovodlite  DistributedOptimizer
   ddp-gloo     torch DistributedDataParallel over gloo (under torchrun)
   horovod      Horovod's DistributedOptimizer, when `horovod.torch` imports (never a
@@ -57,7 +63,7 @@ import timeit
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-IMPLS = ("bound", "horovodlite", "ddp-gloo", "horovod")
+IMPLS = ("bound", "lockstep", "horovodlite", "ddp-gloo", "horovod")
 
 
 def _example():
@@ -146,10 +152,44 @@ class _NoExchange:
     def broadcast_optimizer_state(self, *a, **k):
         pass
 
+    def shutdown(self):
+        pass
+
+
+def _barrier():
+    """One barrier of the launch's ranks (mpi4py: MPI is up under mpirun)."""
+    from mpi4py import MPI
+    MPI.COMM_WORLD.Barrier()
+    _barrier.calls += 1
+
+
+_barrier.calls = 0  # reported per step, so a test sees that lockstep waited
+
+
+class _Lockstep(_NoExchange):
+    """The lockstep reference: the bound's stand-in, but every optimizer step first
+    waits at a barrier, where a synchronous exchange would wait for the last rank's
+    gradients."""
+
+    def DistributedOptimizer(self, opt, **kwargs):  # noqa: N802 - Horovod's name
+        step = opt.step
+
+        def lockstep(*a, **k):
+            _barrier()
+            return step(*a, **k)
+        opt.step = lockstep
+        return opt
+
+    def allreduce(self, tensor, name=None):  # --paired's sync between blocks
+        _barrier()
+        return tensor
+
 
 def worker_framework(args, impl):
     if impl == "bound":
         hvd = _NoExchange()
+    elif impl == "lockstep":
+        hvd = _Lockstep()
     elif impl == "horovod":
         import horovod.torch as hvd
         hvd.init()
@@ -168,6 +208,8 @@ def worker_framework(args, impl):
         img_secs = _example().run(args, hvd, log=lambda *a, **k: None)
     extra = _others(before, _threads(), _steps(args))
     extra.update(_engine_extra(impl, stats0, _steps(args)), **paired)
+    if impl == "lockstep":
+        extra["barriers_per_step"] = _barrier.calls / _steps(args)
     if paired:  # twice the steps, half of them the twin's: no CPU time per exchanging step
         extra.pop("cpu_ms_per_step")
     _report(rank, size, img_secs, extra)
@@ -356,7 +398,7 @@ def _launch(impl, np_, passthrough, own, script=None):
     costs = {k: statistics.mean(r[k] for r in ranks)
              for k in ("other_ms_per_step", "other_switches_per_step", "rounds_per_step",
                        "submit_to_round_us", "ring_to_round_us", "negotiate_ms_per_step",
-                       "cpu_ms_per_step")
+                       "cpu_ms_per_step", "barriers_per_step")
              if k in ranks[0]}
     if "paired_e" in ranks[0]:  # per pair: the job's (slowest rank's) blocks
         costs["paired"] = [min(r["paired_e"][j] for r in ranks) /
