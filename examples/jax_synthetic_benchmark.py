@@ -14,6 +14,7 @@ import argparse
 import os
 import time
 
+_OWN_FLAGS = "XLA_FLAGS" not in os.environ
 os.environ.setdefault("XLA_FLAGS",
                       "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1")
 
@@ -21,6 +22,24 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import optax  # noqa: E402
+
+
+def _one_xla_thread():
+    """XLA's CPU client sizes its thread pool by the CPUs the process may use when the
+    client is made, and the flags above no longer hold it to one thread: a lone
+    smallcnn process used 1.6 cores, so 2 ranks on 2 cores fought over them. The client
+    is made while this process may use one CPU (1.1 cores used after), then the mask
+    goes back, so the launcher's binding (or none) holds for everything else."""
+    cpus = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(cpus)})
+    try:
+        jax.devices()
+    finally:
+        os.sched_setaffinity(0, cpus)
+
+
+if _OWN_FLAGS and hasattr(os, "sched_setaffinity"):
+    _one_xla_thread()
 
 
 def _conv_init(key, kernel, cin, cout):
