@@ -86,6 +86,8 @@ class _JaxLockstep(_NoExchange):
 
 def worker(framework, impl, args):
     example = _load(HERE.parent / "examples" / f"{EXAMPLES[framework]}.py", EXAMPLES[framework])
+    if framework == "jax":
+        example.one_xla_thread()  # before anything makes XLA's client
     if impl == "bound":
         hvd = _NoExchange()
     elif impl == "lockstep":
@@ -100,8 +102,6 @@ def worker(framework, impl, args):
     steps = tt._steps(args)
     extra = tt._others(before, tt._threads(), steps)
     extra.update(tt._engine_extra(impl, stats0, steps))
-    if impl == "lockstep":
-        extra["barriers_per_step"] = tt._barrier.calls / steps
     tt._report(hvd.rank(), hvd.size(), img_secs, extra)
     if impl != "bound":
         hvd.shutdown()

@@ -208,8 +208,6 @@ def worker_framework(args, impl):
         img_secs = _example().run(args, hvd, log=lambda *a, **k: None)
     extra = _others(before, _threads(), _steps(args))
     extra.update(_engine_extra(impl, stats0, _steps(args)), **paired)
-    if impl == "lockstep":
-        extra["barriers_per_step"] = _barrier.calls / _steps(args)
     if paired:  # twice the steps, half of them the twin's: no CPU time per exchanging step
         extra.pop("cpu_ms_per_step")
     _report(rank, size, img_secs, extra)
@@ -225,8 +223,11 @@ def _stats(impl):
 
 
 def _engine_extra(impl, stats0, steps):
-    """horovodlite's per-step engine figures since _stats() gave `stats0` (also used by
-    benchmarks/framework_training.py); nothing for the other implementations."""
+    """horovodlite's per-step engine figures since _stats() gave `stats0`, lockstep's
+    barriers per step (also used by benchmarks/framework_training.py); nothing for the
+    other implementations."""
+    if impl == "lockstep":
+        return {"barriers_per_step": _barrier.calls / steps}
     if impl != "horovodlite":
         return {}
     s1 = _stats(impl)

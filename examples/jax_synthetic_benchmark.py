@@ -24,22 +24,22 @@ import numpy as np  # noqa: E402
 import optax  # noqa: E402
 
 
-def _one_xla_thread():
-    """XLA's CPU client sizes its thread pool by the CPUs the process may use when the
-    client is made, and the flags above no longer hold it to one thread: a lone
-    smallcnn process used 1.6 cores, so 2 ranks on 2 cores fought over them. The client
-    is made while this process may use one CPU (1.1 cores used after), then the mask
-    goes back, so the launcher's binding (or none) holds for everything else."""
+def one_xla_thread():
+    """Makes XLA's CPU client with one thread, unless the user set XLA_FLAGS; call it
+    before anything uses JAX's backend (hvd.init() included). The client sizes its pool
+    by the CPUs the process may use when it is made, and the flags above no longer hold
+    it to one thread: a lone smallcnn process used 1.6 cores, so 2 ranks on 2 cores
+    fought over them. The client is made while this process may use one CPU (1.0-1.1
+    cores used after), then the mask goes back, so the launcher's binding (or none)
+    holds for everything else."""
+    if not _OWN_FLAGS or not hasattr(os, "sched_setaffinity"):
+        return
     cpus = os.sched_getaffinity(0)
     os.sched_setaffinity(0, {min(cpus)})
     try:
         jax.devices()
     finally:
         os.sched_setaffinity(0, cpus)
-
-
-if _OWN_FLAGS and hasattr(os, "sched_setaffinity"):
-    _one_xla_thread()
 
 
 def _conv_init(key, kernel, cin, cout):
@@ -148,6 +148,7 @@ def run(args, hvd, log=print):
 
 def main():
     args = parse_args()
+    one_xla_thread()
     import horovodlite.jax as hvd
 
     hvd.init()
