@@ -23,13 +23,15 @@ def digest(a):
     return hashlib.sha1(np.ascontiguousarray(a).tobytes()).hexdigest()
 
 
-def repeated(hvd, ps, tag, bad, unnamed=False):
+def repeated(hvd, ps, tag, bad, digests, unnamed=False):
     """Allreduces called again by the same names (the response cache answers), one at
     a time: on a set across hosts the small ones' data rides with the vote. `unnamed`:
     the same calls without names (never cached: each is answered in the vote, its data
-    riding along). Returns how many rode."""
+    riding along). Each result's digest goes into `digests`. Returns how many rode, and
+    how many of those were folded on the way (the hosts' vote: hosts_vote.h)."""
     n, r = ps.size(), ps.rank()
-    before = _core.stats(ps.process_set_id)["rider_groups"]
+    counts = lambda: [_core.stats(ps.process_set_id)[k] for k in ("rider_groups", "folded_riders")]
+    before = counts()
     for rep in range(3):
         for dt in ("float32", "int64", "float16"):
             for op in (hvd.Sum, hvd.Average, hvd.Max):
@@ -43,7 +45,8 @@ def repeated(hvd, ps, tag, bad, unnamed=False):
                     want = reduce_ref([x(j) for j in range(n)], op, n)
                     if not same(got, want):
                         bad.append(f"rank {r}: {name} #{rep}: got {got[:5]}, want {want[:5]}")
-    return _core.stats(ps.process_set_id)["rider_groups"] - before
+                    digests[f"{'unnamed.' if unnamed else ''}{name}#{rep}"] = digest(got)
+    return [a - b for a, b in zip(counts(), before)]
 
 
 def rings(hvd, bad):
@@ -150,8 +153,9 @@ def main(hvd):
             got = hvd.synchronize(h)
             seen[f"{path}.fused.{i}"] = digest(got)
         if path == "hierarchical":
-            info["riders"] = repeated(hvd, hvd.global_process_set, path, bad)
-            info["unnamed_riders"] = repeated(hvd, hvd.global_process_set, path, bad, unnamed=True)
+            info["riders"], info["folded"] = repeated(hvd, hvd.global_process_set, path, bad, seen)
+            info["unnamed_riders"], info["unnamed_folded"] = repeated(
+                hvd, hvd.global_process_set, path, bad, seen, unnamed=True)
             info["vote_rider_bytes"] = int(_core.engine_report(0)["vote_rider_bytes"])
             info["negotiation"] = _core.engine_report(0)["negotiation"]
         if path == "flat":
@@ -171,7 +175,9 @@ def main(hvd):
     for ps in sets:
         if r in ps.ranks:
             run_all(hvd, ps, f"span{ps.ranks}", bad)
-            info[f"riders{ps.ranks}"] = repeated(hvd, ps, f"span{ps.ranks}", bad)
+            digests = info[f"digests{ps.ranks}"] = {}
+            info[f"riders{ps.ranks}"], info[f"folded{ps.ranks}"] = repeated(
+                hvd, ps, f"span{ps.ranks}", bad, digests)
             info[f"negotiation{ps.ranks}"] = _core.engine_report(ps.process_set_id)["negotiation"]
     hvd.barrier()
     hvd.shutdown()
@@ -225,22 +231,50 @@ def test_allreduce_paths(job):
 
 
 def test_small_cached_allreduces_ride_with_the_vote_in_every_set(job):
-    """Across hosts riders are on by default (VOTE_RIDER_BYTES auto: 64 KiB for two
-    ranks, 32 KiB / (N - 1) for N) and taken by every set, of two ranks or more, and
-    by unnamed calls (never cached: answered in the vote); their results are checked
-    with the rest (test_every_collective...)."""
+    """Across hosts riders are on by default and taken by every set, of two ranks or
+    more, and by unnamed calls (never cached: answered in the vote); their results are
+    checked with the rest (test_every_collective...). VOTE_RIDER_BYTES auto: 64 KiB
+    where a rank sends one copy of its rider (two ranks; two hosts through their
+    leaders, who send one folded rider each), 32 KiB / copies for more: N - 1 from every
+    rank, or H - 1 from each leader."""
     hosts, slots, _, results = job
     n = hosts * slots
     spans = [[0, n - 1]] + ([[1, 2]] if n >= 4 else []) + ([list(range(1, n))] if n >= 3 else [])
+    copies = hosts - 1 if slots > 1 else n - 1
     for r, res in enumerate(results):
         info = res["info"]
-        want = 65536 if n == 2 else (32768 // (n - 1)) & ~63
+        want = 65536 if copies == 1 else (32768 // copies) & ~63
         assert info["vote_rider_bytes"] == want, f"rank {r}: riders up to {info['vote_rider_bytes']}"
         assert info["riders"] > 0, f"rank {r}: no allreduce rode with the vote in the set of {n}"
         assert info["unnamed_riders"] > 0, f"rank {r}: no unnamed allreduce rode in the set of {n}"
         for ranks in spans:
             if r in ranks:
                 assert info[f"riders{ranks}"] > 0, f"rank {r}: none rode in the set {ranks}"
+
+
+def test_riders_fold_on_their_way_through_the_hosts_leaders(job):
+    """Through the hosts' leaders every rider is folded on its way (each host's riders
+    into one before they cross a link); over the transport none is. Their results are
+    checked against numpy with the rest; here also bitwise alike on every member of
+    each set."""
+    hosts, slots, _, results = job
+    n = hosts * slots
+    spans = [[0, n - 1]] + ([[1, 2]] if n >= 4 else []) + ([list(range(1, n))] if n >= 3 else [])
+    host = lambda rank: rank // slots
+    for r, res in enumerate(results):
+        info = res["info"]
+        for key in ("", "unnamed_"):
+            want = info[key + "riders"] if slots > 1 else 0
+            assert info[key + "folded"] == want, (r, key, info[key + "folded"], info[key + "riders"])
+        for ranks in spans:
+            if r in ranks:
+                shared = len({host(m) for m in ranks}) < len(ranks)
+                want = info[f"riders{ranks}"] if shared else 0
+                assert info[f"folded{ranks}"] == want, (r, ranks, info[f"folded{ranks}"], want)
+    for ranks in spans:
+        digests = [results[m]["info"][f"digests{ranks}"] for m in ranks]
+        for key in digests[0]:
+            assert len({d[key] for d in digests}) == 1, f"set {ranks}: {key}: ranks differ"
 
 
 def test_the_vote_goes_through_the_hosts_leaders_where_a_host_has_several_ranks(job):
@@ -289,8 +323,8 @@ def main(hvd):
     import hashlib, os
     from horovodlite._loader import _core
     got = {}
-    for spelling in (None, "HOROVODLITE_HOSTS_VOTE", "HOROVOD_HOSTS_VOTE"):
-        for p in ("HOROVODLITE_HOSTS_VOTE", "HOROVOD_HOSTS_VOTE"):
+    for spelling in (None, "HOROVODLITE_HOSTS_VOTE", "HOROVOD_HOSTS_VOTE", "HOROVODLITE_VOTE_RIDER_BYTES"):
+        for p in ("HOROVODLITE_HOSTS_VOTE", "HOROVOD_HOSTS_VOTE", "HOROVODLITE_VOTE_RIDER_BYTES"):
             os.environ.pop(p, None)
         if spelling:
             os.environ[spelling] = "0"
@@ -310,7 +344,9 @@ def main(hvd):
 def test_hosts_vote_setting_under_both_spellings(local_cluster):
     """HOROVODLITE_HOSTS_VOTE / HOROVOD_HOSTS_VOTE=0 on 2x2 hosts: the vote goes from
     every rank to every rank instead (unset: through the hosts' leaders). Riders ride
-    either way and fold in rank order, so the results are the same bits."""
+    either way and fold by hosts (on their way, or where they arrive), so the results
+    are the same bits; and the same as the hierarchical path's without riders
+    (VOTE_RIDER_BYTES=0), which on 2x2 folds each host's pair, then the hosts' pair."""
     with local_cluster(2, 2) as c:
         MADE.update(c.names, [c.bridge])
         results = run(4, HOSTS_VOTE, timeout=300, cluster=c)
@@ -318,7 +354,8 @@ def test_hosts_vote_setting_under_both_spellings(local_cluster):
         assert got[None][0] == "hosts", (r, got)
         for spelling in ("HOROVODLITE_HOSTS_VOTE", "HOROVOD_HOSTS_VOTE"):
             assert got[spelling][0] == "transport", (r, spelling, got)
-        assert all(g[1] > 0 for g in got.values()), (r, got)  # riders rode each time
+        assert got["HOROVODLITE_VOTE_RIDER_BYTES"][:2] == ("transport", 0), (r, got)  # the AND alone
+        assert all(g[1] > 0 for k, g in got.items() if k != "HOROVODLITE_VOTE_RIDER_BYTES"), (r, got)
         assert len({g[2] for g in got.values()}) == 1, (r, got)
     assert len({got[None][2] for got in results}) == 1  # and alike on every rank
 

@@ -26,4 +26,17 @@ class Reducer {
 // The CPU implementation (reduce/ kernels).
 const Reducer& cpu_reducer();
 
+// out = in[0] (op) in[1] (op) ... (op) in[k-1], left to right (one input: a copy). The
+// one order of a fold that several places must repeat bit for bit (the riders' fold by
+// hosts: engine/hosts_vote.h and the engine's own). `out` may not be an input but in[0].
+inline void fold_in_order(const Reducer& red, void* out, const void* const* in, size_t k,
+                          size_t count, DataType dt, ReduceOp op) {
+  if (k == 1) {
+    if (out != in[0]) std::memcpy(out, in[0], count * dtype_size(dt));
+    return;
+  }
+  red.reduce_pair(out, in[0], in[1], count, dt, op);
+  for (size_t i = 2; i < k; ++i) red.reduce(out, in[i], count, dt, op);
+}
+
 }  // namespace hvdl

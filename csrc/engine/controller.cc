@@ -154,8 +154,7 @@ RoundResult Controller::round(std::vector<Request> fresh, bool want_shutdown, Ti
       res.responses.push_back(std::move(*lone));
       // Every rank offered only this request's input (no cached tensor pending): the
       // round runs it alone, and the vote's exchange is its last.
-      if (rider_tag == kUncachedRider && res.responses.size() == 1)
-        res.peer_inputs = peer_inputs_.data();
+      if (rider_tag == kUncachedRider && res.responses.size() == 1) hand_riders(res);
       return res;
     }
     std::vector<std::string> all;
@@ -203,7 +202,7 @@ RoundResult Controller::round(std::vector<Request> fresh, bool want_shutdown, Ti
                          std::make_move_iterator(decoded.end()));
   }
   // Every rank decides this from the same exchanged headers and the same vote.
-  if (rider_ready && res.responses.size() == 1) res.peer_inputs = peer_inputs_.data();
+  if (rider_ready && res.responses.size() == 1) hand_riders(res);
   return res;
 }
 
@@ -273,6 +272,12 @@ uint64_t Controller::exchange_vote(std::vector<uint64_t>& vote, const std::strin
   std::memcpy(out + vote_bytes, mine, sizeof mine);
   if (mine[0]) std::memcpy(out + head, r.data, r.bytes);
   if (mine[2] > 1) std::memcpy(out + head + mine[1], requests.data(), mine[2] - 1);
+  RiderFold fold;
+  fold.find = &Controller::find_rider;
+  fold.tag = mine[0];
+  fold.dt = r.dt;
+  fold.op = r.op;
+  exchange_->fold_riders(&fold);
   exchange_->exchange(head + mine[1] + (mine[2] ? mine[2] - 1 : 0));
   bool same = mine[0] != 0, all_requests = mine[2] != 0;
   // Views into the messages (this rank's own through its inbox): read before this
@@ -303,7 +308,22 @@ uint64_t Controller::exchange_vote(std::vector<uint64_t>& vote, const std::strin
     peer_inputs_[p] = msg + their_head;
   }
   if (!all_requests) voted_requests_.clear();
+  folded_ = same ? exchange_->folded_riders() : nullptr;
+  // A rider folded away on its way, and no fold of them all: none can run.
+  if (same && !folded_ && !exchange_->riders_intact()) same = false;
   return same ? mine[0] : 0;
+}
+
+RiderSpan Controller::find_rider(const char* msg, size_t len) {
+  uint64_t w[2];
+  if (len < sizeof w) return {};
+  std::memcpy(w, msg, sizeof w);
+  if (w[1] > len / (3 * sizeof(uint64_t))) return {};  // k: more words than bytes
+  const size_t head = (2 + 3 * w[1]) * sizeof(uint64_t);
+  uint64_t h[3];
+  if (head + sizeof h > len) return {};
+  std::memcpy(h, msg + head, sizeof h);
+  return {h[0], head + sizeof h, static_cast<size_t>(h[1])};
 }
 
 // Every rank's requests are the same bytes, apart from sender and age. With this rank's

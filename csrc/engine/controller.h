@@ -55,6 +55,9 @@ struct RoundResult {
   // input for it, which rode with the vote (read-only, valid until the next round;
   // this rank's entry is null). Null otherwise.
   const void* const* peer_inputs = nullptr;
+  // With peer_inputs: every rank's input already folded on the way (the hosts' vote
+  // does, vote_exchange.h), before any scale; use it instead of peer_inputs. Else null.
+  const void* folded_inputs = nullptr;
 };
 
 // The input a cached response's tensor would send with the vote, or {} when it may
@@ -62,6 +65,8 @@ struct RoundResult {
 struct Rider {
   const void* data = nullptr;
   size_t bytes = 0;
+  DataType dt = DataType::FLOAT32;  // how riders fold on the way (VoteExchange::fold_riders)
+  ReduceOp op = ReduceOp::SUM;      // as folded: Average is a sum, scaled after
 };
 
 class Controller {
@@ -114,6 +119,13 @@ class Controller {
   // Whether every rank's requests in the vote are the same bytes (but for sender and
   // age). The same on every rank: it reads only what every rank read.
   bool all_sent_alike() const;
+  // Where a vote message (any rank's, exchange_vote's layout) carries its rider.
+  static RiderSpan find_rider(const char* msg, size_t len);
+  // The round runs the lone tensor whose inputs rode with the vote.
+  void hand_riders(RoundResult& res) const {
+    res.peer_inputs = peer_inputs_.data();
+    res.folded_inputs = folded_;
+  }
   // The most bytes of a vote message before its rider: the packed words (pack_vote),
   // then the rider's tag and bytes and the requests' bytes + 1 (0: not carried).
   size_t rider_head() const { return (vote_words() + 1) * sizeof(uint64_t) + 3 * sizeof(uint64_t); }
@@ -163,6 +175,7 @@ class Controller {
   size_t rider_max_ = 0;
   // Where each peer's rider lies after the last exchange (this rank's entry null).
   std::vector<const void*> peer_inputs_;
+  const void* folded_ = nullptr;  // and all of them folded on the way (or null)
   // Every rank's encoded requests from the last vote, when every rank's rode with it
   // (empty otherwise).
   std::vector<std::string_view> voted_requests_;

@@ -255,6 +255,7 @@ std::map<std::string, uint64_t> Engine::stats(int id) {
           {"submit_to_round_ns", s.submit_to_round_ns}, {"negotiate_ns", s.negotiate_ns},
           {"execute_ns", s.execute_ns}, {"ring_wakes", s.ring_wakes},
           {"ring_to_round_ns", s.ring_to_round_ns}, {"rider_groups", s.rider_groups},
+          {"folded_riders", s.folded_riders},
           {"caller_rounds", s.caller_rounds}, {"turn_wait_ns", s.turn_wait_ns},
           {"rings_sent", rings.sent}, {"rings_saved", rings.saved}};
 }

@@ -11,9 +11,29 @@
 #include <cstddef>
 #include <memory>
 
+#include "../common/dtype.h"
 #include "../transport/transport.h"
 
 namespace hvdl {
+
+// Where a vote message carries its rider (controller.h's layout): the rider's tag (0:
+// none), and its offset and bytes in the message.
+struct RiderSpan {
+  uint64_t tag = 0;
+  size_t at = 0, bytes = 0;
+};
+
+// How a round's riders fold, for an exchange that folds them on their way (HostsVote:
+// a host's riders fold into one before they cross to the other hosts, so a link
+// carries one rider per host instead of one per rank).
+struct RiderFold {
+  // Finds the rider in any rank's message of this round (also one whose rider was cut
+  // out: the span needs only the message's head). Set in every round.
+  RiderSpan (*find)(const char* msg, size_t len) = nullptr;
+  uint64_t tag = 0;              // this rank's rider (0: it sends none)
+  DataType dt = DataType::FLOAT32;
+  ReduceOp op = ReduceOp::SUM;   // as folded (Average: a sum, scaled after the fold)
+};
 
 class VoteExchange {
  public:
@@ -33,6 +53,16 @@ class VoteExchange {
   // should go through exchange() too: where one costs no more than a gather or a
   // broadcast (shared memory), not where it sends to every peer.
   virtual bool carries_negotiation() const { return false; }
+  // This round's riders (valid until the next exchange(), which alone uses it).
+  virtual void fold_riders(const RiderFold*) {}
+  // After exchange(): every rank's rider folded, when this exchange folds them and
+  // every rank sent the same one (each host's in rank order, then the hosts' by
+  // ascending host id, reducer.h's fold_in_order each time: the same bits on every
+  // rank; no scale applied), or null.
+  virtual const void* folded_riders() const { return nullptr; }
+  // After exchange(): false where some peer's rider was folded away on its way, so the
+  // bytes at its place in inbox() are not that rider.
+  virtual bool riders_intact() const { return true; }
 };
 
 // Over `t` (Transport::exchange_all). `t` must outlive it.

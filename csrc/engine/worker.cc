@@ -122,27 +122,38 @@ Worker::Worker(std::unique_ptr<Transport> t, EngineParams p, int id, EngineState
 // one host, through the shared-memory vote, it saves the shared-memory allreduce's own
 // pass. Over MPI on one host the saving was a few us against a larger MPI message
 // (over sm's 4 KiB eager limit from 4 KiB of data), measured no faster, so there only
-// on request. With N ranks every rank reads (or is sent) N-1 riders, where the ring
-// or the window moves each rank's share about twice: the auto limit keeps a rank's
-// N-1 copies within 32 KiB (2x2 hosts: 10.9 KiB each, 3x2: 6.5 KiB), what a 1 Gbit/s
-// link moves in 0.26 ms. Measured 4 KiB, one rider: 2x2 hosts 177-285 us against
-// 382-761 us without, 3x1 122-149 against 276-307, 3x2 594 against 1078-2102. Two
-// ranks: 64 KiB; through the shared-memory vote 512 KiB, since there a rider's one
-// pass beat the window's pipeline (copy in, fold, copy out, a wait between each) up to
-// there: 128-512 KiB 0.52-1.03x MPI_Allreduce's speed through the window, 0.97-1.32x
-// riding (alternating launches, leaving out the machine's slow mode); at 1 MiB the
-// window was faster.
+// on request. The auto limit follows the copies of a rider a rank sends each round
+// (through the hosts' vote, a leader: one folded rider to each other host). One copy:
+// 64 KiB (two ranks, or two hosts through their leaders: there a rider crosses a link
+// once, as the bytes of the ring or MPI_Allreduce do). More: the copies within 32 KiB
+// (3 ranks: 16 KiB each, 4: 10.9 KiB), what a 1 Gbit/s link moves in 0.26 ms.
+// Measured 4 KiB, one rider: 2x2 hosts 177-285 us against 382-761 us without, 3x1
+// 122-149 against 276-307, 3x2 594 against 1078-2102. 2x2 with the riders folded on
+// their way at 64 KiB: 16-64 KiB at 0.96-1.02x MPI_Allreduce's speed, against
+// 0.49-0.98x without riders. Two ranks through the shared-memory vote: 512 KiB, since
+// there a rider's one pass beat the window's pipeline (copy in, fold, copy out, a wait
+// between each) up to there: 128-512 KiB 0.52-1.03x MPI_Allreduce's speed through the
+// window, 0.97-1.32x riding (alternating launches, leaving out the machine's slow
+// mode); at 1 MiB the window was faster.
 void Worker::setup_vote(const std::vector<int>& host_of_member) {
   const int n = transport_->size();
   const bool one_host = on_one_host(host_of_member);
   const bool shm_wanted = n >= 2 && one_host && params_.settings.flag(Setting::SHM_NEGOTIATION);
-  const long long auto_rider = n > 2       ? (kAutoRiderSends / (n - 1)) & ~63LL
-                               : shm_wanted ? kAutoShmRiderBytes
-                                            : kAutoRiderBytes;
-  size_t rider_max = static_cast<size_t>(std::clamp<long long>(
-      params_.settings.integer_or(Setting::VOTE_RIDER_BYTES,
-                                  one_host && !shm_wanted ? 0 : auto_rider),
-      0, static_cast<long long>(kPairExchangeMaxBytes)));
+  std::map<int, std::vector<int>> by_host;
+  for (int i = 0; i < n; ++i) by_host[host_of_member[i]].push_back(i);
+  // Some host has several of the set's ranks, and so do not all.
+  const bool shared_hosts = by_host.size() > 1 && by_host.size() < static_cast<size_t>(n);
+  const bool hosts_wanted = shared_hosts && params_.settings.flag(Setting::HOSTS_VOTE);
+  auto riders_for = [&](size_t copies) {
+    const long long auto_rider = copies > 1   ? (kAutoRiderSends / copies) & ~63LL
+                                 : shm_wanted ? kAutoShmRiderBytes
+                                              : kAutoRiderBytes;
+    return static_cast<size_t>(std::clamp<long long>(
+        params_.settings.integer_or(Setting::VOTE_RIDER_BYTES,
+                                    one_host && !shm_wanted ? 0 : auto_rider),
+        0, static_cast<long long>(kPairExchangeMaxBytes)));
+  };
+  size_t rider_max = riders_for(hosts_wanted ? by_host.size() - 1 : n - 1);
   auto riders = [this](const Response& r) { return rider_for(r); };
   if (auto v = make_shm_vote(*transport_, host_of_member, params_.settings,
                              std::max(controller_.message_bytes(rider_max), kShmVoteMinBytes))) {
@@ -153,15 +164,18 @@ void Worker::setup_vote(const std::vector<int>& host_of_member) {
     rider_fold_ = params_.settings.flag(Setting::SHM) ? RiderFold::BLOCKS : RiderFold::RANK_ORDER;
     controller_.set_vote(std::move(v), rider_max, riders);
   } else if (rider_max > 0 && n >= 2 && n <= kMaxRiderRanks) {
-    // As the pair exchange folds (rank order); through the hosts' leaders every rank
-    // still reads every rider, so the fold is the same.
-    rider_fold_ = RiderFold::RANK_ORDER;
-    const size_t bytes = controller_.message_bytes(rider_max);
+    // As the pair exchange folds (rank order); where hosts share ranks, by hosts, as
+    // the hosts' vote folds them on their way (HostsVote), with it or without.
+    rider_fold_ = shared_hosts ? RiderFold::HOSTS : RiderFold::RANK_ORDER;
+    for (auto& kv : by_host) rider_hosts_.push_back(std::move(kv.second));
     std::unique_ptr<VoteExchange> x;
-    if (params_.settings.flag(Setting::HOSTS_VOTE))
-      x = HostsVote::create(*transport_, host_of_member, bytes);
+    if (hosts_wanted)
+      x = HostsVote::create(*transport_, host_of_member, controller_.message_bytes(rider_max));
     hosts_vote_ = x != nullptr;
-    if (!x) x = make_transport_vote_exchange(*transport_, bytes);
+    if (!x) {  // null on every rank alike: every rank then sends to every rank
+      rider_max = riders_for(n - 1);
+      x = make_transport_vote_exchange(*transport_, controller_.message_bytes(rider_max));
+    }
     controller_.set_vote(std::move(x), rider_max, riders);
   }
 }
@@ -418,7 +432,7 @@ void Worker::run_round() {
   if (res.tunables) apply(*res.tunables);  // every rank, before this round's work
   const auto agreed = Clock::now();
   stats_.negotiate_ns += duration_cast<nanoseconds>(agreed - started).count();
-  uint64_t bytes = execute(res.responses, tl, agreed, res.peer_inputs);
+  uint64_t bytes = execute(res, tl, agreed);
   stats_.execute_ns += duration_cast<nanoseconds>(Clock::now() - agreed).count();
   if (tuner_) tuner_->record(res.responses, bytes, Clock::now());
   if (res.shutdown) running_ = false;
@@ -545,11 +559,35 @@ Rider Worker::rider_for(const Response& r) {
   // than a rider's copy: it stays behind (and with it every rank's, since a rider goes
   // only when every rank sends one).
   if (allreduce_->reduces_where_they_lie(e->input, e->output, bytes)) return {};
-  return {e->input, bytes};
+  return {e->input, bytes, r.dtype, ops::effective_reduction(r, transport_->size()).op};
 }
 
-uint64_t Worker::execute(const std::vector<Response>& responses, Timeline* tl,
-                         Clock::time_point agreed, const void* const* peer_inputs) {
+// Each host's inputs folded in rank order, then the hosts' folds in host order
+// (rider_hosts_), into `out`: the bits of HostsVote's fold on the way.
+void Worker::fold_by_hosts(ExecContext& ctx, const void* in, const void* const* theirs, void* out,
+                           size_t count, DataType dt, ReduceOp op) {
+  const int rank = transport_->rank();
+  const size_t bytes = count * dtype_size(dt);
+  char* partials = ctx.scratch.reserve(rider_hosts_.size() * bytes);
+  std::vector<const void*> host_in, folds;
+  for (size_t h = 0; h < rider_hosts_.size(); ++h) {
+    host_in.clear();
+    for (int p : rider_hosts_[h]) host_in.push_back(p == rank ? in : theirs[p]);
+    if (host_in.size() == 1) {
+      folds.push_back(host_in[0]);
+      continue;
+    }
+    void* fold = partials + h * bytes;
+    fold_in_order(ctx.reducer, fold, host_in.data(), host_in.size(), count, dt, op);
+    folds.push_back(fold);
+  }
+  // `out` may be `in`, which every host's fold has read by now.
+  fold_in_order(ctx.reducer, out, folds.data(), folds.size(), count, dt, op);
+}
+
+uint64_t Worker::execute(const RoundResult& round, Timeline* tl, Clock::time_point agreed) {
+  const std::vector<Response>& responses = round.responses;
+  const void* const* peer_inputs = round.peer_inputs;
   uint64_t total_bytes = 0;
   std::vector<size_t> sizes;
   std::string abandoned;
@@ -600,7 +638,15 @@ uint64_t Worker::execute(const std::vector<Response>& responses, Timeline* tl,
           const TensorEntry& e = *entries[0];
           const size_t count = ops::numel(head.shape), bytes = tensor_bytes(head.shape, head.dtype);
           const int rank = transport_->rank(), n = transport_->size();
-          if (rider_fold_ == RiderFold::BLOCKS) {
+          if (round.folded_inputs) {
+            // Folded on the way, the same bits on every rank: only the scale is left.
+            stats_.folded_riders++;
+            if (e.output != round.folded_inputs) std::memcpy(e.output, round.folded_inputs, bytes);
+            ctx.reducer.scale(e.output, count, head.dtype, post);
+          } else if (rider_fold_ == RiderFold::HOSTS) {
+            fold_by_hosts(ctx, e.input, peer_inputs, e.output, count, head.dtype, rop);
+            ctx.reducer.scale(e.output, count, head.dtype, post);
+          } else if (rider_fold_ == RiderFold::BLOCKS) {
             void* scratch = e.input == e.output ? ctx.scratch.reserve(bytes) : nullptr;
             combine_in_window_blocks(ctx.reducer, rank, n, e.input, peer_inputs, scratch,
                                      e.output, count, head.dtype, rop, post);

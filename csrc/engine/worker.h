@@ -26,6 +26,8 @@
 
 namespace hvdl {
 
+struct ExecContext;
+
 // What a process set's engine needs of the settings (engine.cc's params_from()).
 struct EngineParams {
   size_t fusion_threshold = 128u << 20;
@@ -65,6 +67,7 @@ struct WorkerStats {
   std::atomic<uint64_t> ring_wakes{0}, ring_to_round_ns{0};
   // Allreduces whose data rode with the vote (controller.h): no exchange of their own.
   std::atomic<uint64_t> rider_groups{0};
+  std::atomic<uint64_t> folded_riders{0};  // of them, folded on the way (hosts_vote.h)
   // Rounds a blocked caller ran on its own thread (Worker::help).
   std::atomic<uint64_t> caller_rounds{0}, turn_wait_ns{0};  // and their wait for the turn
 };
@@ -135,10 +138,10 @@ class Worker {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(
         std::chrono::duration<double, std::milli>(params_.cycle_time_ms));
   }
-  // Returns the bytes executed (what the autotuner scores).
-  // `peer_inputs`: RoundResult's (the one response's peer inputs rode with the vote).
-  uint64_t execute(const std::vector<Response>& responses, Timeline* tl, Clock::time_point agreed,
-                   const void* const* peer_inputs = nullptr);
+  // Runs the round's responses; returns the bytes executed (what the autotuner scores).
+  uint64_t execute(const RoundResult& round, Timeline* tl, Clock::time_point agreed);
+  void fold_by_hosts(ExecContext& ctx, const void* in, const void* const* theirs, void* out,
+                     size_t count, DataType dt, ReduceOp op);
   void setup_vote(const std::vector<int>& host_of_member);
   // What this rank's pending tensor for `cached` sends with the vote, or {} (controller.h).
   Rider rider_for(const Response& cached);
@@ -159,9 +162,12 @@ class Worker {
   bool shm_vote_ = false;  // the vote goes through shared memory (else the transport)
   bool hosts_vote_ = false;  // through shared memory and the hosts' leaders (hosts_vote.h)
   // How a rider's result is folded: as the path the tensor would otherwise take does,
-  // so that its bits do not depend on whether it rode.
-  enum class RiderFold { RANK_ORDER, BLOCKS };
+  // so that its bits do not depend on whether it rode (HOSTS: each host's riders in
+  // rank order, then the hosts' folds, as the hosts' vote folds them on their way;
+  // the hierarchical path's bits on 2 hosts x 2 ranks).
+  enum class RiderFold { RANK_ORDER, BLOCKS, HOSTS };
   RiderFold rider_fold_ = RiderFold::RANK_ORDER;
+  std::vector<std::vector<int>> rider_hosts_;  // HOSTS: the set's ranks by host
   static constexpr int kMaxRiderRanks = 8;  // over the transport (controller.h's set_vote)
   // VOTE_RIDER_BYTES's auto values (controller.h's riders).
   static constexpr long long kAutoRiderBytes = 64 << 10;   // two ranks across hosts
