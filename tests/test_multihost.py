@@ -333,6 +333,9 @@ def main(hvd):
         before = _core.stats(0)["rider_groups"]
         x = np.random.default_rng(r).standard_normal(1001).astype(np.float32)
         outs = [hvd.allreduce(x * (i + 1), name="hv") for i in range(5)]
+        for i in range(3):  # in place: each rank's input is its output
+            y = x * (i + 1)
+            outs.append(hvd.allreduce_(y, name="hv.inplace"))
         got[spelling] = (_core.engine_report(0)["negotiation"],
                          _core.stats(0)["rider_groups"] - before,
                          hashlib.sha1(np.concatenate(outs).tobytes()).hexdigest())
@@ -358,6 +361,58 @@ def test_hosts_vote_setting_under_both_spellings(local_cluster):
         assert all(g[1] > 0 for k, g in got.items() if k != "HOROVODLITE_VOTE_RIDER_BYTES"), (r, got)
         assert len({g[2] for g in got.values()}) == 1, (r, got)
     assert len({got[None][2] for got in results}) == 1  # and alike on every rank
+
+
+LONE_HOSTS = r'''
+def main(hvd):
+    """The set [0, 1, 2, 4] on 3x2 hosts: host 0 runs two of its ranks, hosts 1 and 2
+    one each, so riders fold by hosts with lone ranks after the first host; in place
+    too (a lone rank's input is then its output). Through the leaders and over the
+    transport."""
+    import hashlib, os
+    from horovodlite._loader import _core
+    got = {}
+    for hosts_vote in ("1", "0"):
+        os.environ["HOROVODLITE_HOSTS_VOTE"] = hosts_vote
+        ps = hvd.ProcessSet([0, 1, 2, 4])
+        hvd.init(process_sets=[ps])
+        r, bad, digests = hvd.rank(), [], []
+        if r in ps.ranks:
+            for rep in range(4):
+                x = np.random.default_rng(r + 10 * rep).standard_normal(999).astype(np.float32)
+                out = hvd.allreduce(x, name="lone.out", op=hvd.Sum, process_set=ps)
+                y = x.copy()
+                hvd.allreduce_(y, name="lone.in", op=hvd.Sum, process_set=ps)
+                z = (np.arange(999) * (r + 1) + rep).astype(np.int64)
+                hvd.allreduce_(z, name="lone.int", op=hvd.Sum, process_set=ps)
+                want = sum((np.arange(999) * (p + 1) + rep).astype(np.int64) for p in ps.ranks)
+                if not np.array_equal(z, want):
+                    bad.append(f"rep {rep}: int64 in place wrong")
+                if out.tobytes() != y.tobytes():
+                    bad.append(f"rep {rep}: in place differs from out of place")
+                digests.append(hashlib.sha1(out.tobytes()).hexdigest())
+            stats = _core.stats(ps.process_set_id)
+            got[hosts_vote] = (_core.engine_report(ps.process_set_id)["negotiation"],
+                               stats["rider_groups"], stats["folded_riders"], bad, digests)
+        hvd.shutdown()
+    return got
+'''
+
+
+def test_riders_fold_by_hosts_with_lone_ranks_in_place(local_cluster):
+    with local_cluster(3, 2) as c:
+        MADE.update(c.names, [c.bridge])
+        results = run(6, LONE_HOSTS, timeout=300, init=False, cluster=c)
+    members = [results[m] for m in (0, 1, 2, 4)]
+    for m, got in zip((0, 1, 2, 4), members):
+        assert got["1"][0] == "hosts" and got["0"][0] == "transport", (m, got)
+        for way in ("1", "0"):
+            negotiation, rode, folded, bad, _ = got[way]
+            assert not bad, (m, way, bad)
+            assert rode == 12, (m, way, rode)  # every call rode
+            assert folded == (12 if way == "1" else 0), (m, way, folded)
+        assert got["1"][4] == got["0"][4], m  # the same bits either way
+    assert len({tuple(got["1"][4]) for got in members}) == 1  # and on every rank
 
 
 FALLBACK = r'''

@@ -573,7 +573,10 @@ void Worker::fold_by_hosts(ExecContext& ctx, const void* in, const void* const* 
   for (size_t h = 0; h < rider_hosts_.size(); ++h) {
     host_in.clear();
     for (int p : rider_hosts_[h]) host_in.push_back(p == rank ? in : theirs[p]);
-    if (host_in.size() == 1) {
+    // A lone rank's input is its host's fold, read where it lies; but not this rank's
+    // own in place after the first host's: the last fold writes `out` before it reads
+    // that (fold_in_order: `out` may be in[0] only).
+    if (host_in.size() == 1 && (host_in[0] != out || h == 0)) {
       folds.push_back(host_in[0]);
       continue;
     }
@@ -581,7 +584,7 @@ void Worker::fold_by_hosts(ExecContext& ctx, const void* in, const void* const* 
     fold_in_order(ctx.reducer, fold, host_in.data(), host_in.size(), count, dt, op);
     folds.push_back(fold);
   }
-  // `out` may be `in`, which every host's fold has read by now.
+  // `out` may be `in`: every host's fold has read it by now, or it is folds[0].
   fold_in_order(ctx.reducer, out, folds.data(), folds.size(), count, dt, op);
 }
 
