@@ -188,6 +188,16 @@ TOPOLOGIES = [(2, 1), (2, 2), (3, 1)]
 MADE = set()  # every namespace and link the jobs' clusters had
 
 
+def spans_of(n):
+    """The process sets JOB makes on n ranks (as its own `spans`): across hosts."""
+    return [[0, n - 1]] + ([[1, 2]] if n >= 4 else []) + ([list(range(1, n))] if n >= 3 else [])
+
+
+def shares_a_host(ranks, slots):
+    """Whether some host (of `slots` ranks each) runs two or more of `ranks`."""
+    return len({m // slots for m in ranks}) < len(ranks)
+
+
 @pytest.fixture(scope="module", params=TOPOLOGIES, ids=lambda t: f"{t[0]}x{t[1]}")
 def job(request, local_cluster):
     hosts, slots = request.param
@@ -239,7 +249,7 @@ def test_small_cached_allreduces_ride_with_the_vote_in_every_set(job):
     rank, or H - 1 from each leader."""
     hosts, slots, _, results = job
     n = hosts * slots
-    spans = [[0, n - 1]] + ([[1, 2]] if n >= 4 else []) + ([list(range(1, n))] if n >= 3 else [])
+    spans = spans_of(n)
     copies = hosts - 1 if slots > 1 else n - 1
     for r, res in enumerate(results):
         info = res["info"]
@@ -259,8 +269,7 @@ def test_riders_fold_on_their_way_through_the_hosts_leaders(job):
     each set."""
     hosts, slots, _, results = job
     n = hosts * slots
-    spans = [[0, n - 1]] + ([[1, 2]] if n >= 4 else []) + ([list(range(1, n))] if n >= 3 else [])
-    host = lambda rank: rank // slots
+    spans = spans_of(n)
     for r, res in enumerate(results):
         info = res["info"]
         for key in ("", "unnamed_"):
@@ -268,8 +277,7 @@ def test_riders_fold_on_their_way_through_the_hosts_leaders(job):
             assert info[key + "folded"] == want, (r, key, info[key + "folded"], info[key + "riders"])
         for ranks in spans:
             if r in ranks:
-                shared = len({host(m) for m in ranks}) < len(ranks)
-                want = info[f"riders{ranks}"] if shared else 0
+                want = info[f"riders{ranks}"] if shares_a_host(ranks, slots) else 0
                 assert info[f"folded{ranks}"] == want, (r, ranks, info[f"folded{ranks}"], want)
     for ranks in spans:
         digests = [results[m]["info"][f"digests{ranks}"] for m in ranks]
@@ -285,14 +293,13 @@ def test_the_vote_goes_through_the_hosts_leaders_where_a_host_has_several_ranks(
     has a host with a lone rank (its own leader) and one with two."""
     hosts, slots, _, results = job
     n = hosts * slots
-    spans = [[0, n - 1]] + ([[1, 2]] if n >= 4 else []) + ([list(range(1, n))] if n >= 3 else [])
-    host = lambda rank: rank // slots
+    spans = spans_of(n)
     for r, res in enumerate(results):
         info = res["info"]
         assert info["negotiation"] == ("hosts" if slots > 1 else "transport"), (r, info["negotiation"])
         for ranks in spans:
             if r in ranks:
-                shared = len({host(m) for m in ranks}) < len(ranks)
+                shared = shares_a_host(ranks, slots)
                 assert info[f"negotiation{ranks}"] == ("hosts" if shared else "transport"), \
                     (r, ranks, info[f"negotiation{ranks}"])
 

@@ -21,13 +21,25 @@ constexpr size_t kCapacity = 1000;
 char byte_of(int rank, int round, size_t i) { return static_cast<char>(rank * 131 + round * 7 + i); }
 size_t length_of(int rank, int round) { return (rank * 37 + round * 211) % (kCapacity + 1); }
 
-void check_topology(const std::vector<int>& hosts, bool expected) {
+// Every rank's transport over all the ranks of `hosts` (hosts[r]: rank r's host), with
+// the world they live in.
+struct Ranks {
+  std::shared_ptr<test::ThreadWorldState> world;
+  std::vector<std::unique_ptr<Transport>> ts;
+};
+Ranks ranks_on(const std::vector<int>& hosts) {
   const int n = static_cast<int>(hosts.size());
-  auto world = test::ThreadWorldState::make(n, hosts);
+  Ranks k{test::ThreadWorldState::make(n, hosts), std::vector<std::unique_ptr<Transport>>(n)};
   std::vector<int> all(n);
   std::iota(all.begin(), all.end(), 0);
-  std::vector<std::unique_ptr<Transport>> ts(n);
-  test::spawn(n, [&](int r) { ts[r] = world->world(r)->create_group(all); });
+  test::spawn(n, [&](int r) { k.ts[r] = k.world->world(r)->create_group(all); });
+  return k;
+}
+
+void check_topology(const std::vector<int>& hosts, bool expected) {
+  const int n = static_cast<int>(hosts.size());
+  Ranks ranks = ranks_on(hosts);
+  auto& ts = ranks.ts;
   test::spawn(n, [&](int r) {
     auto v = HostsVote::create(*ts[r], hosts, kCapacity);
     CHECK((v != nullptr) == expected, "n=%d rank %d: made %d", n, r, v != nullptr);
@@ -75,11 +87,8 @@ float value_of(int rank, int round, size_t i) {
 // out, but nothing is folded for all: the riders are not intact.
 void check_folds(const std::vector<int>& hosts) {
   const int n = static_cast<int>(hosts.size());
-  auto world = test::ThreadWorldState::make(n, hosts);
-  std::vector<int> all(n);
-  std::iota(all.begin(), all.end(), 0);
-  std::vector<std::unique_ptr<Transport>> ts(n);
-  test::spawn(n, [&](int r) { ts[r] = world->world(r)->create_group(all); });
+  Ranks ranks = ranks_on(hosts);
+  auto& ts = ranks.ts;
   std::map<int, std::vector<int>> by_host;
   for (int i = 0; i < n; ++i) by_host[hosts[i]].push_back(i);
   test::spawn(n, [&](int r) {
