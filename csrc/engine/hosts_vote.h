@@ -16,10 +16,11 @@
 // Riders (controller.h) fold on their way: where all of a host's ranks send the same
 // rider, the leader folds them (in rank order) and sends that one partial instead of
 // its host's riders; every leader folds the hosts' partials by ascending host id, the
-// same bits on every rank, and publishes the result with the messages. A link then carries
-// one rider per host and round, not one per rank: on 2x2 simulated hosts at 1 Gbit/s a
-// tight loop of 4 KiB calls moved 8.7 KB per call across each host's link, at the
-// link's rate, where MPI_Allreduce (Open MPI's hierarchical han) moved 4.2 KB.
+// same bits on every rank, and publishes the result with the messages. A link then
+// carries one rider per host and round, not one per rank: on 2x2 simulated hosts at
+// 1 Gbit/s a tight loop of 4 KiB calls had moved 8.7 KB per call across each host's
+// link, at the link's rate, where MPI_Allreduce (Open MPI's hierarchical han) moved
+// 4.2 KB.
 #pragma once
 #include <memory>
 #include <vector>
@@ -62,7 +63,7 @@ class HostsVote final : public VoteExchange {
   const RiderFold* fold_ = nullptr;       // this round's (fold_riders), or null
   bool leader_ = false;
   std::vector<int> host_ranks_;           // this host's set ranks, in local rank order
-  std::vector<std::vector<int>> hosts_;   // every host's set ranks, by their leader's rank
+  std::vector<std::vector<int>> hosts_;   // every host's set ranks, by ascending host id
   Transport* set_ = nullptr;              // the leaders' exchange, and the held ring
   std::vector<int> leaders_;              // a leader's: the other hosts' leaders
   std::unique_ptr<Transport> local_t_;    // this host's ranks (the ShmVote's health)
