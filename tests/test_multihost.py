@@ -416,8 +416,10 @@ def test_riders_fold_by_hosts_with_lone_ranks_in_place(local_cluster):
         for way in ("1", "0"):
             negotiation, rode, folded, bad, _ = got[way]
             assert not bad, (m, way, bad)
-            assert rode == 12, (m, way, rode)  # every call rode
-            assert folded == (12 if way == "1" else 0), (m, way, folded)
+            # The 9 cached calls ride (the first of each name does where every rank's
+            # request came in the same round); through the leaders every rider folds.
+            assert rode >= 9, (m, way, rode)
+            assert folded == (rode if way == "1" else 0), (m, way, folded)
         assert got["1"][4] == got["0"][4], m  # the same bits either way
     assert len({tuple(got["1"][4]) for got in members}) == 1  # and on every rank
 
