@@ -10,14 +10,26 @@
 
 namespace hvdl {
 
+std::vector<std::vector<int>> ranks_by_host(const std::vector<int>& hosts) {
+  std::map<int, std::vector<int>> by_host;
+  for (size_t i = 0; i < hosts.size(); ++i) by_host[hosts[i]].push_back(static_cast<int>(i));
+  std::vector<std::vector<int>> out;
+  for (auto& kv : by_host) out.push_back(std::move(kv.second));
+  return out;
+}
+
 std::unique_ptr<HostsVote> HostsVote::create(Transport& set, const std::vector<int>& hosts,
                                              size_t capacity) {
   const int n = set.size(), me = set.rank();
   if (n < 3 || hosts.size() != static_cast<size_t>(n)) return nullptr;
-  std::map<int, std::vector<int>> by_host;  // host id -> its set ranks, ascending
-  for (int i = 0; i < n; ++i) by_host[hosts[i]].push_back(i);
+  auto groups = ranks_by_host(hosts);
   // One host: the ShmVote alone serves. One rank per host: nothing to share.
-  if (by_host.size() < 2 || by_host.size() == static_cast<size_t>(n)) return nullptr;
+  if (groups.size() < 2 || groups.size() == static_cast<size_t>(n)) return nullptr;
+  auto group_of = [&](int rank) -> const std::vector<int>& {
+    for (auto& g : groups)
+      if (hosts[g.front()] == hosts[rank]) return g;
+    throw std::logic_error("ranks_by_host lost a rank");
+  };
 
   std::unique_ptr<HostsVote> v(new HostsVote());
   v->capacity_ = cache_lines(capacity);  // every slot on its own cache lines, words aligned
@@ -25,7 +37,7 @@ std::unique_ptr<HostsVote> HostsVote::create(Transport& set, const std::vector<i
   v->n_ = n;
   // The assembled message, with room for the riders' fold after the N slots.
   const size_t assembled = v->head_ + (n + 1) * v->capacity_;
-  v->host_ranks_ = by_host[hosts[me]];
+  v->host_ranks_ = group_of(me);
   v->leader_ = v->host_ranks_.front() == me;
   v->set_ = &set;
   try {
@@ -50,14 +62,12 @@ std::unique_ptr<HostsVote> HostsVote::create(Transport& set, const std::vector<i
   if (!all) return nullptr;
 
   size_t widest = 0;
-  for (auto& kv : by_host) {
-    v->hosts_.push_back(kv.second);
-    widest = std::max(widest, kv.second.size());
-  }
+  for (auto& g : groups) widest = std::max(widest, g.size());
+  v->hosts_ = groups;
   const size_t pack = (2 + widest) * sizeof(uint64_t) + (widest + 1) * v->capacity_;
   if (v->leader_) {
     for (int i = 0; i < n; ++i)  // the other hosts' leaders, ascending (exchange_with)
-      if (i != me && by_host[hosts[i]].front() == i) v->leaders_.push_back(i);
+      if (i != me && group_of(i).front() == i) v->leaders_.push_back(i);
     v->packs_.resize(pack);
     v->theirs_.resize(n * pack);  // exchange_with() puts rank p's at p * pack
     v->pack_lens_.assign(n, 0);

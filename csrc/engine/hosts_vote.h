@@ -31,6 +31,11 @@
 
 namespace hvdl {
 
+// A set's ranks grouped by host (hosts[i]: rank i's host id): hosts by ascending id,
+// each host's ranks ascending. The order riders fold in (here and the engine's own fold
+// by hosts, worker.cc), so both must take it from here.
+std::vector<std::vector<int>> ranks_by_host(const std::vector<int>& hosts);
+
 class HostsVote final : public VoteExchange {
  public:
   // Collective over `set`, whose rank i runs on host hosts[i]: messages of up to

@@ -139,8 +139,7 @@ void Worker::setup_vote(const std::vector<int>& host_of_member) {
   const int n = transport_->size();
   const bool one_host = on_one_host(host_of_member);
   const bool shm_wanted = n >= 2 && one_host && params_.settings.flag(Setting::SHM_NEGOTIATION);
-  std::map<int, std::vector<int>> by_host;
-  for (int i = 0; i < n; ++i) by_host[host_of_member[i]].push_back(i);
+  auto by_host = ranks_by_host(host_of_member);
   // Some host has several of the set's ranks, and so do not all.
   const bool shared_hosts = by_host.size() > 1 && by_host.size() < static_cast<size_t>(n);
   const bool hosts_wanted = shared_hosts && params_.settings.flag(Setting::HOSTS_VOTE);
@@ -161,13 +160,13 @@ void Worker::setup_vote(const std::vector<int>& host_of_member) {
     // Riders are folded as the shared-memory window folds (block b from rank b on);
     // without the window (SHM=0) small allreduces take the pair exchange (rank order)
     // on two ranks.
-    rider_fold_ = params_.settings.flag(Setting::SHM) ? RiderFold::BLOCKS : RiderFold::RANK_ORDER;
+    rider_order_ = params_.settings.flag(Setting::SHM) ? RiderOrder::BLOCKS : RiderOrder::RANK_ORDER;
     controller_.set_vote(std::move(v), rider_max, riders);
   } else if (rider_max > 0 && n >= 2 && n <= kMaxRiderRanks) {
     // As the pair exchange folds (rank order); where hosts share ranks, by hosts, as
     // the hosts' vote folds them on their way (HostsVote), with it or without.
-    rider_fold_ = shared_hosts ? RiderFold::HOSTS : RiderFold::RANK_ORDER;
-    for (auto& kv : by_host) rider_hosts_.push_back(std::move(kv.second));
+    rider_order_ = shared_hosts ? RiderOrder::HOSTS : RiderOrder::RANK_ORDER;
+    rider_hosts_ = std::move(by_host);
     std::unique_ptr<VoteExchange> x;
     if (hosts_wanted)
       x = HostsVote::create(*transport_, host_of_member, controller_.message_bytes(rider_max));
@@ -646,10 +645,10 @@ uint64_t Worker::execute(const RoundResult& round, Timeline* tl, Clock::time_poi
             stats_.folded_riders++;
             if (e.output != round.folded_inputs) std::memcpy(e.output, round.folded_inputs, bytes);
             ctx.reducer.scale(e.output, count, head.dtype, post);
-          } else if (rider_fold_ == RiderFold::HOSTS) {
+          } else if (rider_order_ == RiderOrder::HOSTS) {
             fold_by_hosts(ctx, e.input, peer_inputs, e.output, count, head.dtype, rop);
             ctx.reducer.scale(e.output, count, head.dtype, post);
-          } else if (rider_fold_ == RiderFold::BLOCKS) {
+          } else if (rider_order_ == RiderOrder::BLOCKS) {
             void* scratch = e.input == e.output ? ctx.scratch.reserve(bytes) : nullptr;
             combine_in_window_blocks(ctx.reducer, rank, n, e.input, peer_inputs, scratch,
                                      e.output, count, head.dtype, rop, post);

@@ -165,9 +165,10 @@ class Worker {
   // so that its bits do not depend on whether it rode (HOSTS: each host's riders in
   // rank order, then the hosts' folds, as the hosts' vote folds them on their way;
   // the hierarchical path's bits on 2 hosts x 2 ranks).
-  enum class RiderFold { RANK_ORDER, BLOCKS, HOSTS };
-  RiderFold rider_fold_ = RiderFold::RANK_ORDER;
-  std::vector<std::vector<int>> rider_hosts_;  // HOSTS: the set's ranks by host
+  // (Its own name: vote_exchange.h's RiderFold is how a vote folds riders on the way.)
+  enum class RiderOrder { RANK_ORDER, BLOCKS, HOSTS };
+  RiderOrder rider_order_ = RiderOrder::RANK_ORDER;
+  std::vector<std::vector<int>> rider_hosts_;  // HOSTS: the set's ranks_by_host
   static constexpr int kMaxRiderRanks = 8;  // over the transport (controller.h's set_vote)
   // VOTE_RIDER_BYTES's auto values (controller.h's riders).
   static constexpr long long kAutoRiderBytes = 64 << 10;   // two ranks across hosts
