@@ -108,12 +108,13 @@ class RankError(AssertionError):
     pass
 
 
-def launch(np_, script_path, args=(), timeout=180, env=None, cluster=None):
+def launch(np_, script_path, args=(), timeout=180, env=None, cluster=None, mpi_args=()):
     """Runs `python script args` on np_ ranks; returns CompletedProcess (killed on timeout).
     `cluster`: a started LocalCluster to run on (its hosts, its links; with
-    --oversubscribe PRRTE would put every rank on its first host, so not then)."""
+    --oversubscribe PRRTE would put every rank on its first host, so not then).
+    `mpi_args`: more of mpirun's options (e.g. ("--with-ft", "ulfm"))."""
     where = cluster.mpirun_args() if cluster is not None else ["--oversubscribe"]
-    cmd = [mpirun_path(), *where, "--bind-to", "none", "-np", str(np_),
+    cmd = [mpirun_path(), *where, *mpi_args, "--bind-to", "none", "-np", str(np_),
            sys.executable, str(script_path), *map(str, args)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env=mpi_env(env, oversubscribe=cluster is None), start_new_session=True)
@@ -127,7 +128,7 @@ def launch(np_, script_path, args=(), timeout=180, env=None, cluster=None):
 
 
 def run(np_, code, timeout=180, env=None, init=True, init_kwargs=None, allow_failure=False,
-        return_output=False, cluster=None):
+        return_output=False, cluster=None, mpi_args=()):
     """Runs `code` (defining main(hvd)) on np_ ranks and returns per-rank results
     (and the job's combined output too, with return_output=True); on the simulated
     hosts of `cluster` (conftest.py's local_cluster fixture) when given."""
@@ -136,7 +137,7 @@ def run(np_, code, timeout=180, env=None, init=True, init_kwargs=None, allow_fai
         ikw = (init_kwargs or {}) if init else None
         script.write_text(_PRELUDE.format(out=tmp, init_kwargs=ikw)
                           + textwrap.dedent(code) + _EPILOGUE.format())
-        proc = launch(np_, script, timeout=timeout, env=env, cluster=cluster)
+        proc = launch(np_, script, timeout=timeout, env=env, cluster=cluster, mpi_args=mpi_args)
         results = []
         for r in range(np_):
             f = Path(tmp) / f"rank{r}.pkl"

@@ -572,6 +572,47 @@ def test_init_after_a_rank_left_fails_instead_of_hanging():
     print(f"\nFAULT-ROW init after a rank left: worst detection {worst:.2f} s")
 
 
+def test_init_on_a_communicator_with_a_dead_member_fails_on_every_rank():
+    """Under ULFM, rank 0 of a 4-rank communicator dies before hvd.init(comm=it). In
+    the barrier init() starts with, only rank 1 waits on rank 0 directly; ranks 2
+    and 3 wait on live ranks for a round that will never come. The rank that finds
+    the failure revokes the communicator, so all three raise, well before their
+    start timeout (60 s). (Seen in CI: the elastic after-join row, whose merged world
+    lost rank 0 there, hung until the test's kill.)"""
+    results = run(4, """
+    import os, time
+    def main(hvd):
+        import mpi4py
+        # mpi4py's own MPI_Finalize at exit can wait for the dead rank (seen 1 in 10);
+        # a script under ULFM leaves a broken world unfinalized, as horovodlite does.
+        mpi4py.rc.finalize = False
+        from mpi4py import MPI
+        comm = MPI.COMM_WORLD.Dup()
+        comm.Set_errhandler(MPI.ERRORS_RETURN)
+        MPI.COMM_WORLD.Barrier()
+        if MPI.COMM_WORLD.Get_rank() == 0:
+            os._exit(0)
+        time.sleep(1)  # rank 0 is gone by now
+        t = time.time()
+        try:
+            hvd.init(comm=comm)
+            return ("init worked", "", time.time() - t)
+        except Exception as e:
+            return (str(e), type(e).__name__, time.time() - t)
+    """, timeout=120, allow_failure=True, init=False, env={"HOROVODLITE_START_TIMEOUT": "60"},
+                  mpi_args=("--with-ft", "ulfm"))
+    assert results[0] is None, results
+    worst = 0.0
+    for r in (1, 2, 3):
+        assert results[r] is not None, results
+        msg, cls, took = results[r]
+        assert "a rank failed" in msg and "hvd.init()" in msg, (r, results[r])
+        assert cls == "HorovodInternalError", (r, results[r])
+        assert took < 30, (r, results[r])  # not the start timeout's end
+        worst = max(worst, took)
+    print(f"\nFAULT-ROW init on a communicator with a dead member: worst detection {worst:.2f} s")
+
+
 def test_a_rank_whose_script_ended_after_a_failure_is_said_to_have_left(tmp_path):
     """Rank 2 freezes and ranks 0 and 1 find out (the heartbeat). Rank 1's script then
     ends: its world lost a member, so it exits without MPI_Finalize, saying farewell

@@ -63,6 +63,19 @@ void forget(MPI_Comm c) {
   owned.erase(std::remove(owned.begin(), owned.end(), c), owned.end());
 }
 
+void revoke(MPI_Comm c) {
+  if (!ulfm_enabled() || c == MPI_COMM_NULL) return;
+#ifdef OMPI_HAVE_MPI_EXT_FTMPI
+  // Only where errors return: on a communicator with MPI's default handler the revoke
+  // would abort the peers that meet it, where they should end with an error.
+  MPI_Errhandler h;
+  MPI_Comm_get_errhandler(c, &h);
+  const bool returns = h == MPI_ERRORS_RETURN;
+  MPI_Errhandler_free(&h);
+  if (returns) MPIX_Comm_revoke(c);
+#endif
+}
+
 void arm_revoke() { PeerHealth::get().on_failure(revoke_all); }
 
 std::vector<int> world_ranks_of(MPI_Comm c) {

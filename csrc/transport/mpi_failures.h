@@ -21,6 +21,9 @@ bool ulfm_enabled();
 // Errors return on `c` (instead of aborting); revoked at the first failure.
 void adopt(MPI_Comm c);
 void forget(MPI_Comm c);
+// Revokes `c` under ULFM where its errors return (nothing otherwise), so the peers still waiting in a
+// collective on it wake with an error instead of waiting for a schedule we abandoned.
+void revoke(MPI_Comm c);
 // World ranks of the members of `c`, in `c`'s rank order.
 std::vector<int> world_ranks_of(MPI_Comm c);
 // `rc` (not MPI_SUCCESS) came back from `what` on `c`: declares the failed ranks

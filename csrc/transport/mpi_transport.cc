@@ -525,7 +525,10 @@ void note_departures(const std::vector<int>& world_of_rank) {
 // ends the wait; not at init, where the failures PeerHealth knows of are the previous
 // world's, and where `limit_s` (> 0) bounds the wait instead, since no heartbeat
 // watches a world not made yet. Giving up leaves the creation pending, which
-// finalize_at_exit must know.
+// finalize_at_exit must know. It also revokes `comm` (under ULFM): a peer whose part
+// of the collective waits on ours (a dissemination barrier's next round) would
+// otherwise wait until its own limit, since only a revoke, not a failure elsewhere
+// in the schedule, ends its request.
 void wait_arriving(MPI_Request* r, MPI_Comm comm, const char* what, double limit_s, bool in_world,
                    bool farewells = true) {
   WaitWatch w(nullptr, limit_s, what, in_world);
@@ -535,6 +538,7 @@ void wait_arriving(MPI_Request* r, MPI_Comm comm, const char* what, double limit
     });
   } catch (const PeerFailure&) {
     g_abandoned_creation = true;
+    mpi_failures::revoke(comm);
     throw;
   }
 }
