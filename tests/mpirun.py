@@ -22,8 +22,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 _PRELUDE = """
-import os, pickle, sys, traceback
+import faulthandler, os, pickle, signal, sys, traceback
 import numpy as np
+faulthandler.register(signal.SIGUSR1, all_threads=True)  # a hung job's stacks (dump_stacks)
 _out = {out!r}
 _init_kwargs = {init_kwargs!r}
 import horovodlite as hvd
@@ -108,6 +109,32 @@ class RankError(AssertionError):
     pass
 
 
+def dump_stacks(marker, settle=2.0):
+    """Asks every process whose command line holds `marker` (a job's script path or
+    folder) for its threads' Python stacks (SIGUSR1, which the job registers with
+    faulthandler), so a hung job's output says where each rank waits. Only those
+    ranks' interpreters: mpirun forwards the signal (each stack twice) and the launcher
+    would die of it."""
+    import time
+    hit = False
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+        except OSError:
+            continue
+        if (Path(argv[0]).name.startswith("python") and any(marker in a for a in argv)
+                and "horovodlite.run" not in argv):
+            try:
+                os.kill(int(pid), signal.SIGUSR1)
+                hit = True
+            except OSError:
+                pass
+    if hit:
+        time.sleep(settle)  # the dumps reach the job's output before it is killed
+
+
 def launch(np_, script_path, args=(), timeout=180, env=None, cluster=None, mpi_args=()):
     """Runs `python script args` on np_ ranks; returns CompletedProcess (killed on timeout).
     `cluster`: a started LocalCluster to run on (its hosts, its links; with
@@ -121,9 +148,10 @@ def launch(np_, script_path, args=(), timeout=180, env=None, cluster=None, mpi_a
     try:
         out, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
+        dump_stacks(str(script_path))
         os.killpg(proc.pid, signal.SIGKILL)
         out, _ = proc.communicate()
-        raise RankError(f"mpirun -np {np_} timed out after {timeout}s (a hang):\n{out[-6000:]}")
+        raise RankError(f"mpirun -np {np_} timed out after {timeout}s (a hang):\n{out[-12000:]}")
     return subprocess.CompletedProcess(cmd, proc.returncode, out, None)
 
 

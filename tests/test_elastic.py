@@ -45,9 +45,10 @@ def elastic(tmp_path, np_, job_args, launcher_args=(), name="run"):
     try:
         text, _ = proc.communicate(timeout=TIMEOUT)
     except subprocess.TimeoutExpired:
+        dump_stacks(str(out))  # every process of the job names its folder
         os.killpg(proc.pid, signal.SIGKILL)
         text, _ = proc.communicate()
-        pytest.fail(f"elastic job hung for {TIMEOUT}s:\n{text[-5000:]}")
+        pytest.fail(f"elastic job hung for {TIMEOUT}s:\n{text[-12000:]}")
     logs = [pickle.loads(Path(f).read_bytes()) for f in sorted(glob.glob(str(out / "*.pkl")))]
     return proc.returncode, text, logs
 
