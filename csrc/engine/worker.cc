@@ -87,25 +87,24 @@ Worker::Worker(std::unique_ptr<Transport> t, EngineParams p, int id, EngineState
   // a vote between two simulated hosts completed in ~20 us once both were in it.
   if (!on_one_host(host_of_member)) ring_hold_ = kCrossHostRingHold;
   transport_->hold_rings(ring_hold_);
-  // Callers run their own small rounds (help()) where the whole set shares this host:
-  // a lone 4 KiB allreduce on 2 ranks went from 10.6-11.1 to 9.1-9.5 us. Across hosts
-  // it measured slower (mean per call, 2x1 hosts 36.5-36.8 -> 43-47 us, 3x1 95-127 ->
-  // 131-205 us), so there the set's thread keeps them unless asked. Where the vote
-  // goes through the hosts' leaders (hosts_vote.h), though, more ranks than cores
-  // share a host's cores, and the hand-off waits for the scheduler: 4 KiB on 2x2
-  // simulated hosts took 57 us against 64-107 us with the set's thread running it,
-  // on 3x2 200 against 296 us. The same on every rank (same hosts), though nothing
-  // needs it to be.
+  // Callers run their own small rounds (help()): a lone 4 KiB allreduce on 2 ranks of
+  // one host went from 10.6-11.1 to 9.1-9.5 us. Across hosts, where more ranks and
+  // engine threads than cores share a host's cores, the hand-off waits for the
+  // scheduler: 4 KiB on 2x2 simulated hosts took 57 us against 64-107 us with the
+  // set's thread running it, on 3x2 200 against 296 us; with one rank per host (the
+  // vote over the transport), alternating launches of latency_pieces.py, per call:
+  // 3x1 at 1 Gbit/s 4 KiB 64-66 against 106-114 us, at 10 Gbit/s 4-16 KiB 48-80
+  // against 79-99 us; 2x1 at 10 Gbit/s 4 KiB 12.3-12.8 against 18.6-45.2 us, 16 KiB
+  // 18.6-19.7 against 25.8-82.7, 64 KiB 51-52 against 62-118; 2x1 at 1 Gbit/s the same
+  // (link-bound). (An older engine had measured it slower across hosts, 2x1 36.5 ->
+  // 43-47 us.) The same on every rank, though nothing needs it to be.
   // Unset, a lone tensor is the caller's up to the riders' limit where that is larger:
   // it rides with the vote, so its round is one pass, and handing it over would cost
   // the two context switches. (Batches keep the 64 KiB limit: a larger one in a
   // training step measured no better run by the caller.)
-  const bool callers_by_default = on_one_host(host_of_member) || hosts_vote_;
   constexpr long long kUnset = std::numeric_limits<long long>::min();
   const long long set = p.settings.integer_or(Setting::CALLER_RUNS_BYTES, kUnset);
-  caller_runs_bytes_ = static_cast<size_t>(set != kUnset ? std::max(0LL, set)
-                                           : callers_by_default ? kAutoCallerRunsBytes
-                                                                : 0);
+  caller_runs_bytes_ = static_cast<size_t>(set != kUnset ? std::max(0LL, set) : kAutoCallerRunsBytes);
   lone_caller_bytes_ = set != kUnset || !caller_runs_bytes_
                            ? caller_runs_bytes_
                            : std::max(caller_runs_bytes_, controller_.rider_bytes());
@@ -125,8 +124,16 @@ Worker::Worker(std::unique_ptr<Transport> t, EngineParams p, int id, EngineState
 // on request. The auto limit follows the copies of a rider a rank sends each round
 // (through the hosts' vote, a leader: one folded rider to each other host). One copy:
 // 64 KiB (two ranks, or two hosts through their leaders: there a rider crosses a link
-// once, as the bytes of the ring or MPI_Allreduce do). More: the copies within 32 KiB
-// (3 ranks: 16 KiB each, 4: 10.9 KiB), what a 1 Gbit/s link moves in 0.26 ms.
+// once, as the bytes of the ring or MPI_Allreduce do). More, through the leaders: the
+// copies within 32 KiB (3 hosts: 16 KiB each, 4: 10.9 KiB), what a 1 Gbit/s link moves
+// in 0.26 ms; there the riders' alternative is the hierarchical path, which on 3x2
+// took 585-700 us at 12-16 KiB against 205-272 riding (MPI 300-400). Every rank to
+// every rank (one rank per host), within 20 KiB (3 ranks: 10 KiB, 4: 6.8 KiB): there
+// the alternative is the ring, which moves 2(N-1)/N of the data against the riders'
+// N-1 copies, and on 3x1 at 1 Gbit/s a 16 KiB rider took the link's 262 us for its
+// 32 KB against 181 us for the ring (MPI 178), 12 KiB 202 against 151-180 (MPI 200),
+// 8 KiB riding 125-135 against the ring's 155 (MPI 132). At 10 Gbit/s riding 12-16
+// KiB was faster (the link is not the limit there; 3x1 below MPI's speed either way).
 // Measured 4 KiB, one rider: 2x2 hosts 177-285 us against 382-761 us without, 3x1
 // 122-149 against 276-307, 3x2 594 against 1078-2102. 2x2 with the riders folded on
 // their way at 64 KiB: 16-64 KiB at 0.96-1.02x MPI_Allreduce's speed, against
@@ -143,8 +150,11 @@ void Worker::setup_vote(const std::vector<int>& host_of_member) {
   // Some host has several of the set's ranks, and so do not all.
   const bool shared_hosts = by_host.size() > 1 && by_host.size() < static_cast<size_t>(n);
   const bool hosts_wanted = shared_hosts && params_.settings.flag(Setting::HOSTS_VOTE);
-  auto riders_for = [&](size_t copies) {
-    const long long auto_rider = copies > 1   ? (kAutoRiderSends / copies) & ~63LL
+  // `leaders`: through the hosts' leaders (a leader's copies), else every rank to every
+  // rank over the transport.
+  auto riders_for = [&](size_t copies, bool leaders) {
+    const long long sends = leaders ? kAutoRiderSends : kAutoTransportRiderSends;
+    const long long auto_rider = copies > 1   ? (sends / copies) & ~63LL
                                  : shm_wanted ? kAutoShmRiderBytes
                                               : kAutoRiderBytes;
     return static_cast<size_t>(std::clamp<long long>(
@@ -152,7 +162,7 @@ void Worker::setup_vote(const std::vector<int>& host_of_member) {
                                     one_host && !shm_wanted ? 0 : auto_rider),
         0, static_cast<long long>(kPairExchangeMaxBytes)));
   };
-  size_t rider_max = riders_for(hosts_wanted ? by_host.size() - 1 : n - 1);
+  size_t rider_max = hosts_wanted ? riders_for(by_host.size() - 1, true) : riders_for(n - 1, false);
   auto riders = [this](const Response& r) { return rider_for(r); };
   if (auto v = make_shm_vote(*transport_, host_of_member, params_.settings,
                              std::max(controller_.message_bytes(rider_max), kShmVoteMinBytes))) {
@@ -172,7 +182,7 @@ void Worker::setup_vote(const std::vector<int>& host_of_member) {
       x = HostsVote::create(*transport_, host_of_member, controller_.message_bytes(rider_max));
     hosts_vote_ = x != nullptr;
     if (!x) {  // null on every rank alike: every rank then sends to every rank
-      rider_max = riders_for(n - 1);
+      rider_max = riders_for(n - 1, false);
       x = make_transport_vote_exchange(*transport_, controller_.message_bytes(rider_max));
     }
     controller_.set_vote(std::move(x), rider_max, riders);
