@@ -245,16 +245,15 @@ def test_small_cached_allreduces_ride_with_the_vote_in_every_set(job):
     more, and by unnamed calls (never cached: answered in the vote); their results are
     checked with the rest (test_every_collective...). VOTE_RIDER_BYTES auto: 64 KiB
     where a rank sends one copy of its rider (two ranks; two hosts through their
-    leaders, who send one folded rider each); for more, 32 KiB / (H - 1) through the
-    leaders, 20 KiB / (N - 1) from every rank to every rank."""
+    leaders, who send one folded rider each), 32 KiB / copies for more: N - 1 from every
+    rank, or H - 1 from each leader."""
     hosts, slots, _, results = job
     n = hosts * slots
     spans = spans_of(n)
     copies = hosts - 1 if slots > 1 else n - 1
     for r, res in enumerate(results):
         info = res["info"]
-        sends = 32768 if slots > 1 else 20480
-        want = 65536 if copies == 1 else (sends // copies) & ~63
+        want = 65536 if copies == 1 else (32768 // copies) & ~63
         assert info["vote_rider_bytes"] == want, f"rank {r}: riders up to {info['vote_rider_bytes']}"
         assert info["riders"] > 0, f"rank {r}: no allreduce rode with the vote in the set of {n}"
         assert info["unnamed_riders"] > 0, f"rank {r}: no unnamed allreduce rode in the set of {n}"
@@ -380,9 +379,6 @@ def main(hvd):
     import hashlib, os
     from horovodlite._loader import _core
     got = {}
-    # Every call rides either way (auto allows 6.7 KiB from each of 4 ranks over the
-    # transport, less than the int64 call's 7.8 KiB; 16 KiB through 3 hosts' leaders).
-    os.environ["HOROVODLITE_VOTE_RIDER_BYTES"] = "16384"
     for hosts_vote in ("1", "0"):
         os.environ["HOROVODLITE_HOSTS_VOTE"] = hosts_vote
         ps = hvd.ProcessSet([0, 1, 2, 4])

@@ -38,9 +38,9 @@ enum class SettingType { INT, REAL, BOOL, STRING };
     "vote, so the call takes one exchange instead of two (0 = off). Through the shared-"     \
     "memory vote (SHM_NEGOTIATION) and over MPI across hosts (2-8 ranks), auto is 524288 "   \
     "for two ranks through shared memory; across hosts 65536 where a rank sends one copy "  \
-    "of its rider (two ranks; two hosts through their leaders, HOSTS_VOTE), for more "      \
-    "32768 / (hosts - 1) through the leaders and 20480 / (ranks - 1) from every rank to "   \
-    "every rank; over MPI on one host auto is 0")                                          \
+    "of its rider (two ranks; two hosts through their leaders, HOSTS_VOTE) and 32768 / "    \
+    "copies for more (ranks - 1, or through the leaders hosts - 1); over MPI on one host "  \
+    "auto is 0")                                                                            \
   X(HOSTS_VOTE, BOOL, "1", false,                                                            \
     "where a set spans hosts and some host runs several of its ranks, the vote (with its "  \
     "rider) goes through shared memory inside each host and one message between each pair " \

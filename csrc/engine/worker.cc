@@ -124,16 +124,14 @@ Worker::Worker(std::unique_ptr<Transport> t, EngineParams p, int id, EngineState
 // on request. The auto limit follows the copies of a rider a rank sends each round
 // (through the hosts' vote, a leader: one folded rider to each other host). One copy:
 // 64 KiB (two ranks, or two hosts through their leaders: there a rider crosses a link
-// once, as the bytes of the ring or MPI_Allreduce do). More, through the leaders: the
-// copies within 32 KiB (3 hosts: 16 KiB each, 4: 10.9 KiB), what a 1 Gbit/s link moves
-// in 0.26 ms; there the riders' alternative is the hierarchical path, which on 3x2
-// took 585-700 us at 12-16 KiB against 205-272 riding (MPI 300-400). Every rank to
-// every rank (one rank per host), within 20 KiB (3 ranks: 10 KiB, 4: 6.8 KiB): there
-// the alternative is the ring, which moves 2(N-1)/N of the data against the riders'
-// N-1 copies, and on 3x1 at 1 Gbit/s a 16 KiB rider took the link's 262 us for its
-// 32 KB against 181 us for the ring (MPI 178), 12 KiB 202 against 151-180 (MPI 200),
-// 8 KiB riding 125-135 against the ring's 155 (MPI 132). At 10 Gbit/s riding 12-16
-// KiB was faster (the link is not the limit there; 3x1 below MPI's speed either way).
+// once, as the bytes of the ring or MPI_Allreduce do). More: the copies within 32 KiB
+// (3 ranks: 16 KiB each, 4: 10.9 KiB), what a 1 Gbit/s link moves in 0.26 ms. On 3x1
+// at 1 Gbit/s a 16 KiB rider takes the link's 262 us for its 32 KB, where the ring
+// (2(N-1)/N of the data) took 181-293 us (MPI 178); but 12 KiB riding took 200 us
+// against the ring's 179-245, and at 10 Gbit/s riding 16 KiB was faster (0.65-1.08x
+// MPI's speed against 0.44-0.54x): 10 KiB for every rank to every rank measured no
+// better, so the limit stays. Through the leaders of 3 hosts the alternative is the
+// hierarchical path: on 3x2 it took 585-700 us at 12-16 KiB against 205-272 riding.
 // Measured 4 KiB, one rider: 2x2 hosts 177-285 us against 382-761 us without, 3x1
 // 122-149 against 276-307, 3x2 594 against 1078-2102. 2x2 with the riders folded on
 // their way at 64 KiB: 16-64 KiB at 0.96-1.02x MPI_Allreduce's speed, against
@@ -150,11 +148,8 @@ void Worker::setup_vote(const std::vector<int>& host_of_member) {
   // Some host has several of the set's ranks, and so do not all.
   const bool shared_hosts = by_host.size() > 1 && by_host.size() < static_cast<size_t>(n);
   const bool hosts_wanted = shared_hosts && params_.settings.flag(Setting::HOSTS_VOTE);
-  // `leaders`: through the hosts' leaders (a leader's copies), else every rank to every
-  // rank over the transport.
-  auto riders_for = [&](size_t copies, bool leaders) {
-    const long long sends = leaders ? kAutoRiderSends : kAutoTransportRiderSends;
-    const long long auto_rider = copies > 1   ? (sends / copies) & ~63LL
+  auto riders_for = [&](size_t copies) {
+    const long long auto_rider = copies > 1   ? (kAutoRiderSends / copies) & ~63LL
                                  : shm_wanted ? kAutoShmRiderBytes
                                               : kAutoRiderBytes;
     return static_cast<size_t>(std::clamp<long long>(
@@ -162,7 +157,7 @@ void Worker::setup_vote(const std::vector<int>& host_of_member) {
                                     one_host && !shm_wanted ? 0 : auto_rider),
         0, static_cast<long long>(kPairExchangeMaxBytes)));
   };
-  size_t rider_max = hosts_wanted ? riders_for(by_host.size() - 1, true) : riders_for(n - 1, false);
+  size_t rider_max = riders_for(hosts_wanted ? by_host.size() - 1 : n - 1);
   auto riders = [this](const Response& r) { return rider_for(r); };
   if (auto v = make_shm_vote(*transport_, host_of_member, params_.settings,
                              std::max(controller_.message_bytes(rider_max), kShmVoteMinBytes))) {
@@ -182,7 +177,7 @@ void Worker::setup_vote(const std::vector<int>& host_of_member) {
       x = HostsVote::create(*transport_, host_of_member, controller_.message_bytes(rider_max));
     hosts_vote_ = x != nullptr;
     if (!x) {  // null on every rank alike: every rank then sends to every rank
-      rider_max = riders_for(n - 1, false);
+      rider_max = riders_for(n - 1);
       x = make_transport_vote_exchange(*transport_, controller_.message_bytes(rider_max));
     }
     controller_.set_vote(std::move(x), rider_max, riders);

@@ -173,8 +173,7 @@ class Worker {
   // VOTE_RIDER_BYTES's auto values (controller.h's riders).
   static constexpr long long kAutoRiderBytes = 64 << 10;   // two ranks across hosts
   static constexpr long long kAutoShmRiderBytes = 512 << 10;  // two, shared-memory vote
-  static constexpr long long kAutoRiderSends = 32 << 10;   // more: all of a leader's copies
-  static constexpr long long kAutoTransportRiderSends = 20 << 10;  // all of a rank's, to all
+  static constexpr long long kAutoRiderSends = 32 << 10;   // more: all of a rank's copies
   // The shared-memory vote also carries the round's requests and the coordinator's
   // answer (Controller::gather_requests) when they fit: a step's worth of new names.
   static constexpr size_t kShmVoteMinBytes = 64 << 10;
