@@ -157,6 +157,8 @@ def main(hvd):
             info["unnamed_riders"], info["unnamed_folded"] = repeated(
                 hvd, hvd.global_process_set, path, bad, seen, unnamed=True)
             info["vote_rider_bytes"] = int(_core.engine_report(0)["vote_rider_bytes"])
+            info["caller_runs_bytes"] = int(_core.engine_report(0)["caller_runs_bytes"])
+            info["caller_runs_lone_bytes"] = int(_core.engine_report(0)["caller_runs_lone_bytes"])
             info["negotiation"] = _core.engine_report(0)["negotiation"]
         if path == "flat":
             info["ring_hold_us"] = _core.engine_report(0)["ring_hold_us"]
@@ -238,6 +240,19 @@ def test_allreduce_paths(job):
         # both move their large blocks over direct TCP across hosts
         for path in ("flat", "flat.tcp", "hierarchical", "hierarchical.tcp"):
             assert info[path + ".over"] == "TCP", f"{path}: across hosts over {info[path + '.over']}"
+
+
+def test_blocked_callers_run_their_small_rounds(job):
+    """CALLER_RUNS_BYTES auto across hosts: 64 KiB where the vote goes through the
+    hosts' leaders (a lone tensor also up to the riders' limit); with one rank per host
+    (the vote from every rank to every rank) the riders' limit, since there only a
+    rider's round measured faster run by the caller."""
+    hosts, slots, _, results = job
+    for r, res in enumerate(results):
+        info = res["info"]
+        rider = info["vote_rider_bytes"]
+        want = (65536, max(65536, rider)) if slots > 1 else (rider, rider)
+        assert (info["caller_runs_bytes"], info["caller_runs_lone_bytes"]) == want, (r, info)
 
 
 def test_small_cached_allreduces_ride_with_the_vote_in_every_set(job):

@@ -91,20 +91,26 @@ Worker::Worker(std::unique_ptr<Transport> t, EngineParams p, int id, EngineState
   // one host went from 10.6-11.1 to 9.1-9.5 us. Across hosts, where more ranks and
   // engine threads than cores share a host's cores, the hand-off waits for the
   // scheduler: 4 KiB on 2x2 simulated hosts took 57 us against 64-107 us with the
-  // set's thread running it, on 3x2 200 against 296 us; with one rank per host (the
-  // vote over the transport), alternating launches of latency_pieces.py, per call:
-  // 3x1 at 1 Gbit/s 4 KiB 64-66 against 106-114 us, at 10 Gbit/s 4-16 KiB 48-80
-  // against 79-99 us; 2x1 at 10 Gbit/s 4 KiB 12.3-12.8 against 18.6-45.2 us, 16 KiB
-  // 18.6-19.7 against 25.8-82.7, 64 KiB 51-52 against 62-118; 2x1 at 1 Gbit/s the same
-  // (link-bound). (An older engine had measured it slower across hosts, 2x1 36.5 ->
-  // 43-47 us.) The same on every rank, though nothing needs it to be.
+  // set's thread running it, on 3x2 200 against 296 us. With one rank per host (the
+  // vote from every rank to every rank over the transport) only a rider's round, one
+  // exchange, gained (alternating launches of latency_pieces.py): 2x1 at 10 Gbit/s
+  // 4 KiB 20-22 against 29-34 us, 16 KiB 24-31 against 41-44, 32 KiB 31-39 against
+  // 36-57, 3x1 at 10 Gbit/s 4-8 KiB 54-95 against 62-115; where the caller ran the
+  // ring (3x1, 32-64 KiB) it took 209-246 us against 158-235. So there the caller runs
+  // rounds up to the riders' limit. (An older engine had measured it slower on 2x1,
+  // 36.5 -> 43-47 us a lone 4 KiB call.) The same on every rank, though nothing needs
+  // it to be.
   // Unset, a lone tensor is the caller's up to the riders' limit where that is larger:
   // it rides with the vote, so its round is one pass, and handing it over would cost
   // the two context switches. (Batches keep the 64 KiB limit: a larger one in a
   // training step measured no better run by the caller.)
   constexpr long long kUnset = std::numeric_limits<long long>::min();
   const long long set = p.settings.integer_or(Setting::CALLER_RUNS_BYTES, kUnset);
-  caller_runs_bytes_ = static_cast<size_t>(set != kUnset ? std::max(0LL, set) : kAutoCallerRunsBytes);
+  const bool every_rank_across_hosts = !on_one_host(host_of_member) && !hosts_vote_;
+  const long long auto_bytes = every_rank_across_hosts
+                                   ? static_cast<long long>(controller_.rider_bytes())
+                                   : kAutoCallerRunsBytes;
+  caller_runs_bytes_ = static_cast<size_t>(set != kUnset ? std::max(0LL, set) : auto_bytes);
   lone_caller_bytes_ = set != kUnset || !caller_runs_bytes_
                            ? caller_runs_bytes_
                            : std::max(caller_runs_bytes_, controller_.rider_bytes());
