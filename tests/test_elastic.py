@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from mpirun import launch, mpi_env
+from mpirun import dump_stacks, launch, mpi_env
 
 ROOT = Path(__file__).resolve().parent.parent
 JOB = str(Path(__file__).resolve().parent / "elastic_torch_job.py")

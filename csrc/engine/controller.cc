@@ -229,22 +229,21 @@ size_t Controller::pack_vote(const std::vector<uint64_t>& vote, char* out) const
 }
 
 // The words pack_vote wrote at `msg` ([flags][k][3 sections of k]), of `avail`
-// readable, and their k; 0 where they do not fit (or k exceeds `max_k`).
-static size_t packed_words(const char* msg, size_t avail, uint64_t max_k, uint64_t* k_out) {
-  uint64_t w[2];
+// readable: their count, with the head in `w` (w[1] = k); 0 where they do not fit (or
+// k exceeds `max_k`).
+static size_t packed_words(const char* msg, size_t avail, uint64_t max_k, uint64_t w[2]) {
   if (avail < 2) return 0;
-  std::memcpy(w, msg, sizeof w);
+  std::memcpy(w, msg, 2 * sizeof(uint64_t));
   const uint64_t k = w[1];
   if (k > max_k || k > avail / 3 || avail < 2 + 3 * k) return 0;
-  *k_out = k;
   return 2 + 3 * k;
 }
 
 size_t Controller::and_packed_vote(const char* msg, size_t avail,
                                    std::vector<uint64_t>& vote) const {
-  uint64_t w[2], k = 0;
-  if (!packed_words(msg, avail, words_, &k)) return 0;
-  std::memcpy(w, msg, sizeof w);
+  uint64_t w[2];
+  if (!packed_words(msg, avail, words_, w)) return 0;
+  const uint64_t k = w[1];
   vote[0] &= w[0];
   for (size_t s = 0; s < 3; ++s)
     for (size_t i = 0; i < k; ++i) {
@@ -325,8 +324,8 @@ uint64_t Controller::exchange_vote(std::vector<uint64_t>& vote, const std::strin
 }
 
 RiderSpan Controller::find_rider(const char* msg, size_t len) {
-  uint64_t k = 0;
-  const size_t words = packed_words(msg, len / sizeof(uint64_t), ~uint64_t(0), &k);
+  uint64_t w[2];
+  const size_t words = packed_words(msg, len / sizeof(uint64_t), ~uint64_t(0), w);
   if (!words) return {};
   const size_t head = words * sizeof(uint64_t);
   uint64_t h[3];

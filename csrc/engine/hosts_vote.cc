@@ -25,11 +25,6 @@ std::unique_ptr<HostsVote> HostsVote::create(Transport& set, const std::vector<i
   auto groups = ranks_by_host(hosts);
   // One host: the ShmVote alone serves. One rank per host: nothing to share.
   if (groups.size() < 2 || groups.size() == static_cast<size_t>(n)) return nullptr;
-  auto group_of = [&](int rank) -> const std::vector<int>& {
-    for (auto& g : groups)
-      if (hosts[g.front()] == hosts[rank]) return g;
-    throw std::logic_error("ranks_by_host lost a rank");
-  };
 
   std::unique_ptr<HostsVote> v(new HostsVote());
   v->capacity_ = cache_lines(capacity);  // every slot on its own cache lines, words aligned
@@ -37,7 +32,8 @@ std::unique_ptr<HostsVote> HostsVote::create(Transport& set, const std::vector<i
   v->n_ = n;
   // The assembled message, with room for the riders' fold after the N slots.
   const size_t assembled = v->head_ + (n + 1) * v->capacity_;
-  v->host_ranks_ = group_of(me);
+  for (auto& g : groups)
+    if (hosts[g.front()] == hosts[me]) v->host_ranks_ = g;
   v->leader_ = v->host_ranks_.front() == me;
   v->set_ = &set;
   try {
@@ -62,12 +58,16 @@ std::unique_ptr<HostsVote> HostsVote::create(Transport& set, const std::vector<i
   if (!all) return nullptr;
 
   size_t widest = 0;
-  for (auto& g : groups) widest = std::max(widest, g.size());
-  v->hosts_ = groups;
+  for (auto& g : groups) {
+    widest = std::max(widest, g.size());
+    if (v->leader_ && g.front() != me) v->leaders_.push_back(g.front());
+  }
+  // exchange_with() takes the other hosts' leaders in ascending rank order; the
+  // groups are in host id order.
+  std::sort(v->leaders_.begin(), v->leaders_.end());
+  v->hosts_ = std::move(groups);
   const size_t pack = (2 + widest) * sizeof(uint64_t) + (widest + 1) * v->capacity_;
   if (v->leader_) {
-    for (int i = 0; i < n; ++i)  // the other hosts' leaders, ascending (exchange_with)
-      if (i != me && group_of(i).front() == i) v->leaders_.push_back(i);
     v->packs_.resize(pack);
     v->theirs_.resize(n * pack);  // exchange_with() puts rank p's at p * pack
     v->pack_lens_.assign(n, 0);

@@ -82,10 +82,11 @@ Worker::Worker(std::unique_ptr<Transport> t, EngineParams p, int id, EngineState
   sleeps_ = doorbell_ && p.settings.str(Setting::WAKEUP) == "auto";
   if (sleeps_) queue_.set_waker([d = doorbell_.get()] { d->wake_self(); });
   setup_vote(host_of_member);
+  const bool one_host = on_one_host(host_of_member);
   // Across hosts a ring is a network message per peer, and in a loop of calls every
   // peer comes to the round on its own: hold it into the vote (held_ring.h). 50 us:
   // a vote between two simulated hosts completed in ~20 us once both were in it.
-  if (!on_one_host(host_of_member)) ring_hold_ = kCrossHostRingHold;
+  if (!one_host) ring_hold_ = kCrossHostRingHold;
   transport_->hold_rings(ring_hold_);
   // Callers run their own small rounds (help()): a lone 4 KiB allreduce on 2 ranks of
   // one host went from 10.6-11.1 to 9.1-9.5 us. Across hosts, where more ranks and
@@ -106,7 +107,7 @@ Worker::Worker(std::unique_ptr<Transport> t, EngineParams p, int id, EngineState
   // training step measured no better run by the caller.)
   constexpr long long kUnset = std::numeric_limits<long long>::min();
   const long long set = p.settings.integer_or(Setting::CALLER_RUNS_BYTES, kUnset);
-  const bool every_rank_across_hosts = !on_one_host(host_of_member) && !hosts_vote_;
+  const bool every_rank_across_hosts = !one_host && !hosts_vote_;
   const long long auto_bytes = every_rank_across_hosts
                                    ? static_cast<long long>(controller_.rider_bytes())
                                    : kAutoCallerRunsBytes;

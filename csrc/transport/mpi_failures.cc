@@ -20,14 +20,7 @@ MPI_Group world_group = MPI_GROUP_NULL;
 MPI_Comm world_comm = MPI_COMM_NULL;
 std::vector<MPI_Comm> owned;  // revoked at the first failure (under ULFM)
 
-void revoke_all() {
-  if (!ulfm_enabled()) return;
-  std::lock_guard<std::mutex> l(mu);
-#ifdef OMPI_HAVE_MPI_EXT_FTMPI
-  for (MPI_Comm c : owned) MPIX_Comm_revoke(c);
-  HVDL_LOG(DEBUG) << "revoked " << owned.size() << " communicators after a failure";
-#endif
-}
+void revoke_all();
 }  // namespace
 
 void set_world(MPI_Comm world) {
@@ -75,6 +68,15 @@ void revoke(MPI_Comm c) {
   if (returns) MPIX_Comm_revoke(c);
 #endif
 }
+
+namespace {
+void revoke_all() {
+  if (!ulfm_enabled()) return;
+  std::lock_guard<std::mutex> l(mu);
+  for (MPI_Comm c : owned) revoke(c);
+  HVDL_LOG(DEBUG) << "revoked " << owned.size() << " communicators after a failure";
+}
+}  // namespace
 
 void arm_revoke() { PeerHealth::get().on_failure(revoke_all); }
 
