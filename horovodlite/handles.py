@@ -204,13 +204,16 @@ def submit(keep, finish, **kwargs):
 
 
 def submit_allreduce(keep, finish, name, input, output, dtype, reduce_op, prescale, postscale,
-                     process_set, group="", group_size=0, shape=None, device=-1, stream=None):
+                     process_set, group="", group_size=0, shape=None, device=-1, stream=None,
+                     held=False):
     """The one submission of an allreduce, for every frontend: the core's dedicated
     entry point (a gradient's allreduce is submitted on every step, so it takes only
     its own arguments). `input`/`output` are numpy arrays (shape None: read from them)
-    or addresses with `shape`; device/stream as for submit(). Returns the handle."""
+    or addresses with `shape`; device/stream as for submit(). `held`: the engine holds
+    it until a caller blocks (_overlap.py). Returns the handle."""
     h = _core.enqueue_allreduce(name, input, output, dtype, reduce_op, prescale, postscale,
-                                group, group_size, process_set, shape, device, stream, _local.waits)
+                                group, group_size, process_set, shape, device, stream, _local.waits,
+                                held)
     track(h, keep, finish)
     return h
 

@@ -160,6 +160,9 @@ def main(hvd):
             info["caller_runs_bytes"] = int(_core.engine_report(0)["caller_runs_bytes"])
             info["caller_runs_lone_bytes"] = int(_core.engine_report(0)["caller_runs_lone_bytes"])
             info["negotiation"] = _core.engine_report(0)["negotiation"]
+            from horovodlite import _overlap
+            info["one_host"] = _core.engine_report(0)["one_host"]
+            info["holds_gradients"] = _overlap.holds_gradients("auto", 0, n, 1)
         if path == "flat":
             info["ring_hold_us"] = _core.engine_report(0)["ring_hold_us"]
             info["rings"] = rings(hvd, bad)
@@ -253,6 +256,14 @@ def test_blocked_callers_run_their_small_rounds(job):
         rider = info["vote_rider_bytes"]
         want = (65536, max(65536, rider)) if slots > 1 else (rider, rider)
         assert (info["caller_runs_bytes"], info["caller_runs_lone_bytes"]) == want, (r, info)
+
+
+def test_gradients_go_during_backward_across_hosts(job):
+    """BACKWARD_OVERLAP auto never holds a set that spans hosts: there the link's time
+    is what overlapping backward hides (one core per rank or not)."""
+    for r, res in enumerate(job[3]):
+        assert res["info"]["one_host"] == "0", (r, res["info"]["one_host"])
+        assert res["info"]["holds_gradients"] is False, r
 
 
 def test_small_cached_allreduces_ride_with_the_vote_in_every_set(job):

@@ -100,6 +100,13 @@ TWO_PRETEND_HOSTS = {"HOROVODLITE_HOSTNAME_OVERRIDE": f"pretend-host-{os.environ
                      "HOROVODLITE_HIERARCHICAL_ALLREDUCE": "1",
                      "HOROVODLITE_LOG_LEVEL": "debug"}
 
+def overlap_holds():
+    """Whether a torch DistributedOptimizer holds its gradients (the rule is torch-free)
+    by the setting itself (auto's choice depends on the machine's cores)."""
+    from horovodlite import _overlap
+    choice = _overlap.choice()
+    return choice == "0" and _overlap.holds_gradients(choice, 0, 2, 1)
+
 def one_allreduce():
     hvd.allreduce(np.ones(3), name="tl")
     return None  # what it left behind is checked after shutdown
@@ -116,6 +123,7 @@ CASES = {
     # Unset, the set's thread polls ("poll"). Either way two ranks of one host ring each
     # other through the shared-memory doorbell ("shm"; across hosts: "transport", below).
     "WAKEUP": ("auto", lambda log: rep("wakeup") == "futex" and rep("rings") == "shm"),
+    "BACKWARD_OVERLAP": ("0", lambda log: overlap_holds()),
     "STALL_CHECK_TIME_SECONDS": ("7", lambda log: float(rep("stall_warn_s")) == 7),
     "STALL_CHECK_DISABLE": ("1", lambda log: float(rep("stall_warn_s")) == 0),
     "STALL_SHUTDOWN_TIME_SECONDS": ("9", lambda log: float(rep("stall_fail_s")) == 9),

@@ -14,7 +14,7 @@ from mpirun import run  # noqa: E402
 TESTS = str(Path(__file__).resolve().parent)
 
 
-def _run(n, body, timeout=240):
+def _run(n, body, timeout=240, env=None):
     return run(n, f"""
 import sys
 sys.path.insert(0, {TESTS!r})
@@ -22,7 +22,7 @@ sys.path.insert(0, {TESTS!r})
 def main(_hvd):
     import torch_cases as c
     return {body}
-""", timeout=timeout)
+""", timeout=timeout, env=env)
 
 
 def _bits(a):
@@ -80,3 +80,54 @@ def test_distributed_optimizer(n):
     assert len(res[0][6]) > 100 and all(r[6].keys() == res[0][6].keys() for r in res)
     for key in res[0][6]:
         _same_on_all_ranks([r[6][key] for r in res], key)
+
+
+def test_gradients_held_until_step_or_reduced_during_backward():
+    """BACKWARD_OVERLAP=0 holds the optimizer's gradients until step() (none finished
+    during a pause after backward; step() runs the round), =1 reduces them during
+    backward; either trains as one process on the whole batch, with the same bits. A
+    rank blocked elsewhere (an MPI barrier) before its step() still lets a peer's step
+    finish."""
+    both = _run(2, "(c.held_gradients(), c.held_gradients_while_a_rank_waits_elsewhere())",
+                env={"HOROVODLITE_BACKWARD_OVERLAP": "0"})
+    held = [b[0] for b in both]
+    for i in range(len(both[0][1])):
+        _same_on_all_ranks([b[1][i] for b in both], f"weights {i} after the barrier")
+    overlapped = _run(2, "c.held_gradients()", env={"HOROVODLITE_BACKWARD_OVERLAP": "1"})
+    for res in (held, overlapped):
+        assert all(diff <= 1e-9 for diff, *_ in res), [r[0] for r in res]
+        for i in range(len(res[0][3])):
+            _same_on_all_ranks([r[3][i] for r in res], f"weights {i}")
+    for diff, finished, rounds, _ in held:
+        assert finished == [0, 0, 0], f"held gradients finished before step(): {finished}"
+        assert all(k >= 1 for k in rounds), f"step() ran no round for held gradients: {rounds}"
+    for i in range(len(held[0][3])):  # a sum of two: the same bits however batched
+        np.testing.assert_array_equal(_bits(held[0][3][i]), _bits(overlapped[0][3][i]))
+
+
+def test_backward_overlap_rule(monkeypatch):
+    """auto holds where the engine would take a training thread's core: this rank's
+    cores and the host's, against the training threads."""
+    import os
+
+    from horovodlite import _overlap
+
+    def machine(mine, host):
+        monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(mine)))
+        monkeypatch.setattr(os, "cpu_count", lambda: host)
+
+    machine(1, 2)  # bound to one core each (horovodlite-run on 2 cores)
+    assert not _overlap.engine_has_a_core(1, 2)
+    machine(2, 2)  # unbound, 2 ranks on 2 cores
+    assert not _overlap.engine_has_a_core(1, 2)
+    machine(8, 8)
+    assert _overlap.engine_has_a_core(1, 2) and not _overlap.engine_has_a_core(4, 2)
+    machine(2, 16)  # bound to two cores each, one training thread
+    assert _overlap.engine_has_a_core(1, 2) and not _overlap.engine_has_a_core(2, 2)
+    monkeypatch.setenv("HOROVODLITE_BACKWARD_OVERLAP", "sometimes")
+    with pytest.raises(ValueError, match="HOROVODLITE_BACKWARD_OVERLAP='sometimes'"):
+        _overlap.choice()
+    for value in ("0", "1", "auto"):
+        monkeypatch.setenv("HOROVODLITE_BACKWARD_OVERLAP", value)
+        assert _overlap.choice() == value
+    assert _overlap.holds_gradients("0", 0, 2, 1) and not _overlap.holds_gradients("1", 0, 2, 1)

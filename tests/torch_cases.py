@@ -346,6 +346,61 @@ def _train(model, opt, data, shard, passes, heads=None, closure=False, clip=None
             opt.step()
 
 
+def held_gradients():
+    """DistributedOptimizer as the launch's HOROVODLITE_BACKWARD_OVERLAP says, for 3
+    steps against one process training on the whole batch. After each backward a pause
+    (no caller blocks in it, so nothing flushes held gradients), then how many
+    gradients' allreduces had finished, and the rounds step() took. Returns (max
+    difference from the reference, finished per step, rounds per step, weights)."""
+    import time
+
+    from horovodlite import _core
+
+    n, r = hvd.size(), hvd.rank()
+    x, y = _batches(3, 1, 4 * n, torch.float64)
+    ref = _net()
+    _train(ref, torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9), (x, y),
+           slice(None), 1)
+    model = _net()
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
+                                   named_parameters=model.named_parameters())
+    shard = slice(4 * r, 4 * r + 4)
+    finished, rounds = [], []
+    for s in range(3):
+        opt.zero_grad()
+        hvd.allreduce(torch.zeros(1), name=f"held.start.{s}")  # the ranks start together
+        F.mse_loss(model(x[s, 0, shard]), y[s, 0, shard]).backward()
+        time.sleep(0.2)
+        finished.append(sum(bool(hvd.poll(h)) for h, _, _ in opt._handles.values()))
+        before = _core.stats(0)["rounds"]
+        opt.step()
+        rounds.append(_core.stats(0)["rounds"] - before)
+    return (_max_diff(model, ref), finished, rounds,
+            [p.detach().numpy().copy() for p in model.parameters()])
+
+
+def held_gradients_while_a_rank_waits_elsewhere():
+    """Rank 0 steps and then enters an MPI barrier; the others enter the barrier first,
+    so no caller of theirs releases their held gradients while rank 0 waits for them:
+    they go after the queue's kHeldWindow (2 s), as reduced during backward they would
+    have gone (a hang otherwise). Returns the weights after it."""
+    from mpi4py import MPI
+
+    n, r = hvd.size(), hvd.rank()
+    x, y = _batches(1, 1, 4 * n, torch.float64)
+    model = _net()
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters())
+    opt.zero_grad()
+    F.mse_loss(model(x[0, 0, 4 * r:4 * r + 4]), y[0, 0, 4 * r:4 * r + 4]).backward()
+    if r == 0:
+        opt.step()
+        MPI.COMM_WORLD.Barrier()
+    else:
+        MPI.COMM_WORLD.Barrier()
+        opt.step()
+    return [p.detach().numpy().copy() for p in model.parameters()]
+
 def _max_diff(a, b):
     return max(float((p - q).detach().abs().max()) for p, q in zip(a.parameters(), b.parameters()))
 

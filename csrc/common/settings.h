@@ -24,6 +24,11 @@ enum class SettingType { INT, REAL, BOOL, STRING };
     "ms an async tensor may wait for more to batch with; a caller blocked in `synchronize` "  \
     "ends the wait at once")                                                                  \
   X(CACHE_CAPACITY, INT, "1024", false, "response cache entries (0 = off)")                  \
+  X(BACKWARD_OVERLAP, STRING, "auto", false,                                                 \
+    "1: a torch DistributedOptimizer reduces each gradient during backward; 0: holds them "  \
+    "until step() and reduces them in one round; auto: holds host gradients of a set on one " \
+    "host where the engine has no core of its own (every core this rank may use runs a "     \
+    "training thread), where a round during backward only takes the core from backward")    \
   X(WAKEUP, STRING, "poll", false,                                                           \
     "how the engine waits for work and for peers: poll (polls), auto (sleeps on a "         \
     "shared-memory futex where all ranks of a set share a host: a tenth of the CPU, but "    \

@@ -26,6 +26,8 @@ struct EnqueueArgs {
   // the work (Engine::wait), so where the caller may run the round itself
   // (Worker::may_help) the submission need not wake the set's thread.
   bool caller_waits = false;
+  // Held until a caller blocks (TensorEntry::held).
+  bool held = false;
 };
 
 class Engine {

@@ -16,9 +16,11 @@ void TensorQueue::push(std::unique_ptr<TensorEntry> e, bool wake_worker, Clock::
       throw std::invalid_argument("horovodlite: a collective named '" + name +
                                   "' is already in flight on this rank; names must be unique "
                                   "until the previous one completes");
-    const bool first = fresh_.empty();
+    // The first tensor whose window counts (a held one has none).
+    const bool first = !e->held && fresh_.size() == held_fresh_;
     last_push_ = now;
     if (first) oldest_fresh_ = last_push_;
+    if (e->held && held_fresh_++ == 0) oldest_held_ = now;
     fresh_.push_back(name);
     fresh_bytes_ += tensor_bytes(e->req.shape, e->req.dtype);
     table_[name] = std::move(e);
@@ -41,7 +43,19 @@ bool TensorQueue::ready_locked(Clock::time_point now, std::chrono::nanoseconds w
                                size_t bytes) {
   if (shutdown_) return true;
   if (fresh_.empty()) return false;
-  return flush_ || now - oldest_fresh_ >= window || fresh_bytes_ >= bytes;
+  return flush_ || fresh_bytes_ >= bytes ||
+         (fresh_.size() > held_fresh_ && now - oldest_fresh_ >= window) || held_expired(now);
+}
+
+bool TensorQueue::held_expired(Clock::time_point now) const {
+  return held_fresh_ > 0 && now - oldest_held_ >= kHeldWindow;
+}
+
+Clock::time_point TensorQueue::next_window_locked(std::chrono::nanoseconds window) const {
+  auto at = Clock::time_point::max();
+  if (fresh_.size() > held_fresh_) at = oldest_fresh_ + window;
+  if (held_fresh_ > 0) at = std::min(at, oldest_held_ + kHeldWindow);
+  return at;
 }
 
 bool TensorQueue::wait_for_work(std::chrono::nanoseconds timeout,
@@ -56,8 +70,7 @@ bool TensorQueue::wait_for_work(std::chrono::nanoseconds timeout,
     // Fresh work held back for batching wakes us when its window closes: looked at
     // after every wake-up, since the push that starts a batch comes while we sleep
     // (an idle worker sleeps long).
-    auto wake_at = until;
-    if (!fresh_.empty() && oldest_fresh_ + window < wake_at) wake_at = oldest_fresh_ + window;
+    const auto wake_at = std::min(until, next_window_locked(window));
     cv_.wait_until(l, wake_at);
   }
 }
@@ -66,8 +79,7 @@ Clock::time_point TensorQueue::ready_time(std::chrono::nanoseconds window, size_
   std::lock_guard<std::mutex> l(mu_);
   window_hint_ = window, bytes_hint_ = bytes;
   if (ready_locked(oldest_fresh_, window, bytes)) return Clock::time_point::min();
-  if (fresh_.empty()) return Clock::time_point::max();
-  return oldest_fresh_ + window;
+  return next_window_locked(window);
 }
 
 bool TensorQueue::fresh_within(size_t bytes, size_t lone_bytes) {
@@ -84,15 +96,29 @@ bool TensorQueue::has_fresh_ready(std::chrono::nanoseconds window, size_t bytes)
 std::vector<Request> TensorQueue::take_fresh(bool* arriving, Clock::time_point now) {
   std::lock_guard<std::mutex> l(mu_);
   if (arriving) *arriving = !flush_ && !fresh_.empty() && now - last_push_ < kBurstGap;
+  // Held entries go with a round only when they are what made it ready (a flush, their
+  // bytes, their window, a shutdown). A round for something else - a peer's, one of the
+  // controller's deadlines, an entry not held - leaves them: put forward, they would be
+  // reduced during backward as soon as every peer put them forward too.
+  const bool release_held =
+      held_fresh_ == 0 || flush_ || shutdown_ || fresh_bytes_ >= bytes_hint_ || held_expired(now);
   std::vector<Request> out;
   out.reserve(fresh_.size());
+  std::vector<std::string> kept;
+  size_t kept_bytes = 0;
   for (auto& n : fresh_) {
     TensorEntry& e = *table_.at(n);
+    if (e.held && !release_held) {
+      kept_bytes += tensor_bytes(e.req.shape, e.req.dtype);
+      kept.push_back(std::move(n));
+      continue;
+    }
     e.put_forward = true;
     out.push_back(e.req);
   }
-  fresh_.clear();
-  fresh_bytes_ = 0;
+  fresh_ = std::move(kept);
+  fresh_bytes_ = kept_bytes;
+  held_fresh_ = fresh_.size();
   flush_ = false;
   return out;
 }
@@ -114,7 +140,7 @@ const TensorEntry* TensorQueue::find(const std::string& name) {
 
 bool TensorQueue::has_in_flight() {
   std::lock_guard<std::mutex> l(mu_);
-  return !table_.empty();
+  return table_.size() > held_fresh_;
 }
 
 bool TensorQueue::wants_round(std::chrono::nanoseconds window, size_t bytes) {
@@ -130,6 +156,7 @@ std::vector<std::unique_ptr<TensorEntry>> TensorQueue::take_all() {
   table_.clear();
   fresh_.clear();
   fresh_bytes_ = 0;
+  held_fresh_ = 0;
   return out;
 }
 
@@ -142,14 +169,14 @@ std::vector<std::unique_ptr<TensorEntry>> TensorQueue::close(const std::string& 
   return take_all();
 }
 
-void TensorQueue::request_flush() {
+void TensorQueue::request_flush(bool wake_worker) {
   {
     std::lock_guard<std::mutex> l(mu_);
     // For the batch there is now: a flush left standing would make the first tensor
     // of the next batch ready on its own and send it alone.
     if (!fresh_.empty()) flush_ = true;
   }
-  wake();
+  if (wake_worker) wake();
 }
 
 void TensorQueue::request_shutdown() {

@@ -38,6 +38,10 @@ struct TensorEntry {
   // Taken by a round (take_fresh): this rank has put it forward, and only from then
   // can a response (an error naming it, say) be for it.
   bool put_forward = false;
+  // Held until a caller blocks (a flush), or kHeldWindow at most, and it wakes nobody. A gradient whose optimizer synchronizes in step(),
+  // where the engine has no core of its own (horovodlite/_overlap.py): a round
+  // during backward could only take the core from backward.
+  bool held = false;
 };
 
 class TensorQueue {
@@ -59,7 +63,8 @@ class TensorQueue {
   // there is fresh work, of at most `bytes` in all (`lone_bytes` if it is one tensor),
   // and no shutdown was asked for.
   bool fresh_within(size_t bytes, size_t lone_bytes = 0);
-  // Non-blocking form of wait_for_work's test.
+  // Non-blocking form of wait_for_work's test. Held entries (TensorEntry::held) are
+  // ready by a flush or by the batch's bytes only.
   bool has_fresh_ready(std::chrono::nanoseconds batch_window, size_t batch_bytes);
   // Non-blocking, for a worker that sleeps elsewhere (Doorbell): when the fresh work
   // is (or was) ready to go - a time <= now - or when its batching window closes;
@@ -74,6 +79,11 @@ class TensorQueue {
   // `now` as push()'s (the round's start: Worker::run_round).
   std::vector<Request> take_fresh(bool* arriving = nullptr, Clock::time_point now = Clock::now());
   static constexpr std::chrono::microseconds kBurstGap{100};
+  // Held entries go on their own after this long: a peer may wait for them while this
+  // rank's caller never comes to release them (blocked in something else first, an MPI
+  // barrier of its own, say), where reduced during backward they would have gone. Longer
+  // than a backward pass of the models trained on CPUs (smallcnn: ~120 ms).
+  static constexpr std::chrono::seconds kHeldWindow{2};
   // The entry `name` this rank has put forward (take_fresh), or null: a response may
   // name a tensor that this rank's caller has only just submitted (a stall error for
   // the peers' request under a name this rank then uses) and which is not its yet.
@@ -81,6 +91,7 @@ class TensorQueue {
   // The entry `name` while it stays queued (only the worker thread takes entries, so
   // it may use the pointer until it takes it), or null.
   const TensorEntry* find(const std::string& name);
+  // Work the worker must look after soon: entries put forward, or fresh ones not held.
   bool has_in_flight();
   // Whether a peer's round is worth joining now: an entry put forward (take_fresh)
   // waits for its response there, or the fresh batch is ready by the batching rules
@@ -93,13 +104,18 @@ class TensorQueue {
   // forever) and hand back what is still queued so it can be failed.
   std::vector<std::unique_ptr<TensorEntry>> close(const std::string& why);
 
-  void request_flush();  // a caller is blocked waiting: do not hold work back
+  // A caller is blocked waiting: do not hold work back (held entries included).
+  // `wake_worker` false: the caller runs the round itself (Worker::help).
+  void request_flush(bool wake_worker = true);
   void wake_worker() { wake(); }  // the worker should look again (a caller ran a round)
   void request_shutdown();
   bool shutdown_requested();
 
  private:
   bool ready_locked(Clock::time_point now, std::chrono::nanoseconds window, size_t bytes);
+  bool held_expired(Clock::time_point now) const;
+  // When the fresh batch's window closes, or that of its held entries (max(): never).
+  Clock::time_point next_window_locked(std::chrono::nanoseconds window) const;
   void wake();
   std::function<void()> waker_;
   std::mutex mu_;
@@ -107,10 +123,13 @@ class TensorQueue {
   std::unordered_map<std::string, std::unique_ptr<TensorEntry>> table_;
   std::vector<std::string> fresh_;
   size_t fresh_bytes_ = 0;
+  size_t held_fresh_ = 0;  // how many of fresh_ are held (TensorEntry::held)
+  Clock::time_point oldest_held_;  // the oldest of them (kHeldWindow)
   // The worker's last batching window and byte limit, so push() knows when a
   // tensor makes the batch ready (a closing window wakes the worker by its timeout).
   std::chrono::nanoseconds window_hint_{0};
   size_t bytes_hint_ = SIZE_MAX;
+  // oldest_fresh_: the oldest fresh entry that is not held (its window is the batch's).
   Clock::time_point oldest_fresh_, last_push_;
   bool flush_ = false, shutdown_ = false, closed_ = false;
   std::string closed_why_;

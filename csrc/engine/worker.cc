@@ -78,15 +78,15 @@ Worker::Worker(std::unique_ptr<Transport> t, EngineParams p, int id, EngineState
       allreduce_(make_host_allreduce_paths(*transport_, host_of_member, p.settings)),
       devices_(*transport_, p.gpu, *allreduce_),
       records_timeline_(id == 0 && transport_->rank() == 0) {
+  one_host_ = on_one_host(host_of_member);
   doorbell_ = make_doorbell(*transport_, host_of_member, p.settings);
   sleeps_ = doorbell_ && p.settings.str(Setting::WAKEUP) == "auto";
   if (sleeps_) queue_.set_waker([d = doorbell_.get()] { d->wake_self(); });
   setup_vote(host_of_member);
-  const bool one_host = on_one_host(host_of_member);
   // Across hosts a ring is a network message per peer, and in a loop of calls every
   // peer comes to the round on its own: hold it into the vote (held_ring.h). 50 us:
   // a vote between two simulated hosts completed in ~20 us once both were in it.
-  if (!one_host) ring_hold_ = kCrossHostRingHold;
+  if (!one_host_) ring_hold_ = kCrossHostRingHold;
   transport_->hold_rings(ring_hold_);
   // Callers run their own small rounds (help()): a lone 4 KiB allreduce on 2 ranks of
   // one host went from 10.6-11.1 to 9.1-9.5 us. Across hosts, where more ranks and
@@ -107,7 +107,7 @@ Worker::Worker(std::unique_ptr<Transport> t, EngineParams p, int id, EngineState
   // training step measured no better run by the caller.)
   constexpr long long kUnset = std::numeric_limits<long long>::min();
   const long long set = p.settings.integer_or(Setting::CALLER_RUNS_BYTES, kUnset);
-  const bool every_rank_across_hosts = !one_host && !hosts_vote_;
+  const bool every_rank_across_hosts = !one_host_ && !hosts_vote_;
   const long long auto_bytes = every_rank_across_hosts
                                    ? static_cast<long long>(controller_.rider_bytes())
                                    : kAutoCallerRunsBytes;
@@ -149,8 +149,7 @@ Worker::Worker(std::unique_ptr<Transport> t, EngineParams p, int id, EngineState
 // mode); at 1 MiB the window was faster.
 void Worker::setup_vote(const std::vector<int>& host_of_member) {
   const int n = transport_->size();
-  const bool one_host = on_one_host(host_of_member);
-  const bool shm_wanted = n >= 2 && one_host && params_.settings.flag(Setting::SHM_NEGOTIATION);
+  const bool shm_wanted = n >= 2 && one_host_ && params_.settings.flag(Setting::SHM_NEGOTIATION);
   auto by_host = ranks_by_host(host_of_member);
   // Some host has several of the set's ranks, and so do not all.
   const bool shared_hosts = by_host.size() > 1 && by_host.size() < static_cast<size_t>(n);
@@ -161,7 +160,7 @@ void Worker::setup_vote(const std::vector<int>& host_of_member) {
                                               : kAutoRiderBytes;
     return static_cast<size_t>(std::clamp<long long>(
         params_.settings.integer_or(Setting::VOTE_RIDER_BYTES,
-                                    one_host && !shm_wanted ? 0 : auto_rider),
+                                    one_host_ && !shm_wanted ? 0 : auto_rider),
         0, static_cast<long long>(kPairExchangeMaxBytes)));
   };
   size_t rider_max = riders_for(hosts_wanted ? by_host.size() - 1 : n - 1);
@@ -212,6 +211,7 @@ std::map<std::string, std::string> Worker::report() const {
       {"autotune_confirm_rounds", s(a.confirm_rounds)},
       {"autotune_min_sample_ms", s(a.min_sample_ms)},
       {"allreduce", allreduce_algorithm()},
+      {"one_host", one_host_ ? "1" : "0"},
       {"wakeup", sleeps_ ? "futex" : "poll"},
       {"rings", doorbell_ ? "shm" : "transport"},
       {"ring_hold_us", s(ring_hold_.count())},
@@ -482,6 +482,7 @@ bool Worker::help() {
     // check it, as the set's thread's do.)
     if (rung_now() < round_) ring_peers();
     caller_ran_last_ = true;
+    queue_.request_flush(false);  // the blocked caller's work goes, held entries too
     run_round();
   });
   stats_.caller_rounds++;

@@ -183,6 +183,7 @@ class Worker {
   std::timed_mutex turn_;
   std::atomic<int> wanted_{0};    // callers in help() waiting for the turn
   bool caller_ran_last_ = false;  // the last round was a caller's (the turn held)
+  bool one_host_ = false;  // every member of the set on this host
   static constexpr std::chrono::microseconds kHelpWait{200};
   static constexpr long long kAutoCallerRunsBytes = 64 << 10;  // CALLER_RUNS_BYTES's auto
   size_t caller_runs_bytes_ = 0;  // help()'s limit (CALLER_RUNS_BYTES; 0: never)

@@ -131,9 +131,12 @@ EnqueueArgs allreduce_request(const std::string& name, py::handle in, py::handle
 int64_t enqueue_allreduce(const std::string& name, py::handle in, py::handle out, int dtype,
                           int reduce_op, double prescale, double postscale,
                           const std::string& group, int group_size, int process_set,
-                          py::handle shape, int device, py::handle stream, bool caller_waits) {
-  return submit(allreduce_request(name, in, out, dtype, reduce_op, prescale, postscale, group,
-                                  group_size, process_set, shape, device, stream, caller_waits));
+                          py::handle shape, int device, py::handle stream, bool caller_waits,
+                          bool held) {
+  EnqueueArgs a = allreduce_request(name, in, out, dtype, reduce_op, prescale, postscale, group,
+                                    group_size, process_set, shape, device, stream, caller_waits);
+  a.held = held;
+  return submit(std::move(a));
 }
 
 // The handle a Python signal's exception (Ctrl-C, an alarm) left pending during this
@@ -526,7 +529,7 @@ PYBIND11_MODULE(_core, m) {
         py::arg("output"), py::arg("dtype"), py::arg("reduce_op"), py::arg("prescale"),
         py::arg("postscale"), py::arg("group"), py::arg("group_size"), py::arg("process_set"),
         py::arg("shape") = py::none(), py::arg("device") = -1, py::arg("stream") = py::none(),
-        py::arg("caller_waits") = false);
+        py::arg("caller_waits") = false, py::arg("held") = false);
   m.def("_set_error_classes", [](py::object value_error, py::object type_error) {
     Py_XDECREF(g_value_error);
     Py_XDECREF(g_type_error);

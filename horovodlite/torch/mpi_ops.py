@@ -91,7 +91,7 @@ def _in_place_target(tensor, src):
 # ---------------------------------------------------------------------------- allreduce
 
 def _allreduce_submit(tensor, in_place, name, op, prescale, postscale, process_set,
-                      group="", group_size=0):
+                      group="", group_size=0, held=False):
     what = f"allreduce '{name}'"
     src, where = _prepare(tensor, what, on_device=True)
     code = code_of(src.dtype, reducible=True, what=what)
@@ -102,7 +102,8 @@ def _allreduce_submit(tensor, in_place, name, op, prescale, postscale, process_s
         keep = (tensor, src, dst)
     return submit_allreduce(keep, finish, name, src.data_ptr(), dst.data_ptr(), code, op,
                             float(prescale), float(postscale), _set_id(process_set), group,
-                            group_size, src.shape, where["device"], where.get("stream"))
+                            group_size, src.shape, where["device"], where.get("stream"),
+                            held and where["device"] < 0)
 
 
 @collective(ALLREDUCE, "allreduce", _op_name)

@@ -2,17 +2,20 @@
 
 A hook on each parameter (register_post_accumulate_grad_hook) starts that gradient's
 allreduce the moment autograd has finished accumulating it, so communication overlaps
-the rest of backward; step() waits for all of them, then runs the user's step."""
+the rest of backward; step() waits for all of them, then runs the user's step. Where
+the engine has no core of its own the gradients are held until step() instead
+(BACKWARD_OVERLAP, _overlap.py)."""
 import contextlib
 import warnings
 import weakref
 
 import torch
 
+from .. import _overlap
 from ..basics import Average, _topology
 from ..handles import synchronize as _wait
 from ..ops import predivide_scales, resolve_op
-from ..process_sets import global_process_set
+from ..process_sets import _set_id, global_process_set
 from .compression import Compression
 from .mpi_ops import _allreduce_submit, _op_name, allreduce
 from .sparse import SparseAllreduceHandle, sparse_allreduce_async
@@ -59,6 +62,8 @@ class _DistributedOptimizer:
         self._handles = {}      # param -> (handle or None, compression ctx, grad tensor)
         self._group_ready = {}  # group index -> params whose gradient is final
         self._sparse_seen = set()  # params whose gradient has been sparse
+        self._overlap = _overlap.choice()
+        self._hold = None  # hold host gradients until step() (_overlap.py); None: not decided
         self._should_synchronize = True
         self._synchronized = False
         self.set_backward_passes_per_step(backward_passes_per_step)
@@ -214,8 +219,11 @@ class _DistributedOptimizer:
         compressed, ctx = self._compression.compress(grad)
         pre, post = self._scales
         name = name or _op_name("allreduce", self._names[p], self.process_set)
+        if self._hold is None:  # decided at the first gradient (torch's threads are set by then)
+            self._hold = _overlap.holds_gradients(self._overlap, _set_id(self.process_set),
+                                                  self.process_set.size(), torch.get_num_threads())
         h = _allreduce_submit(compressed, True, name, self.op, pre, post, self.process_set,
-                              group=group, group_size=group_size)
+                              group=group, group_size=group_size, held=self._hold)
         return h, ctx, grad
 
     def _synchronized_closure(self, closure):

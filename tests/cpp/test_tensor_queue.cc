@@ -3,7 +3,8 @@
 // naming a tensor its caller has only just submitted must leave that one alone), a
 // blocking caller's submission does not wake the worker, a flush is for the batch
 // there is (not the next one), a batch that starts while the worker sleeps ends that
-// sleep at its window, and what a helping caller may run (fresh_within).
+// sleep at its window, what a helping caller may run (fresh_within), and that a held
+// entry (a gradient held until step()) waits for a flush or the batch's bytes only.
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -110,6 +111,71 @@ void fresh_within_limits() {
   CHECK(!q.fresh_within(1 << 20), "a shutdown round is the worker's");
 }
 
+// A held entry has a long window of its own (kHeldWindow) and wakes nobody: a flush
+// (a caller blocked in step()) or the batch's bytes release it before that. Beside it, an entry that is not
+// held keeps its window, and takes the held ones with it when that closes.
+void held_entries_wait_for_a_flush() {
+  using namespace std::chrono;
+  TensorQueue q;
+  int wakes = 0;
+  q.set_waker([&] { ++wakes; });
+  const auto window = milliseconds(1);
+  auto held = [](const std::string& name, int64_t elements) {
+    auto e = entry(name, elements);
+    e->held = true;
+    return e;
+  };
+  q.push(held("g0", 4));
+  q.push(held("g1", 4));
+  CHECK(wakes == 0, "held submissions woke the worker %d time(s)", wakes);
+  CHECK(!q.has_in_flight(), "held entries alone count as work to look after");
+  CHECK(q.ready_time(window, SIZE_MAX) > Clock::now() + TensorQueue::kHeldWindow / 2,
+        "a held batch has the batching window");
+  std::this_thread::sleep_for(milliseconds(5));
+  CHECK(!q.has_fresh_ready(window, SIZE_MAX), "a held batch went when the window passed");
+  CHECK(!q.wants_round(window, SIZE_MAX), "a held batch joins a peer's round");
+  CHECK(!q.wait_for_work(milliseconds(20), window, SIZE_MAX), "a worker found held work ready");
+  CHECK(q.has_fresh_ready(window, 32), "a held batch of the fusion buffer's bytes stayed");
+  q.request_flush();
+  CHECK(wakes == 1 && q.has_fresh_ready(window, SIZE_MAX), "a flush did not release held work");
+  CHECK(q.take_fresh().size() == 2);
+  CHECK(q.has_in_flight(), "entries put forward are not in flight");
+  q.take("g0");
+  q.take("g1");
+  // An entry not held keeps its window; its round (or any other that the held entries
+  // did not make ready: a peer's, a controller deadline's) leaves them behind.
+  q.push(held("h", 4));
+  q.push(entry("a", 4));
+  CHECK(wakes == 2, "the first entry with a window did not wake the worker (wakes=%d)", wakes);
+  CHECK(q.has_in_flight());
+  std::this_thread::sleep_for(milliseconds(5));
+  CHECK(q.has_fresh_ready(window, SIZE_MAX), "the window of the entry not held never closed");
+  auto taken = q.take_fresh();
+  CHECK(taken.size() == 1 && taken[0].name == "a", "a round for another entry took a held one");
+  CHECK(q.take("h") == nullptr && q.find("h") != nullptr, "the held entry left the queue");
+  CHECK(!q.has_fresh_ready(seconds(0), SIZE_MAX), "the held entry left behind has a window");
+  q.take("a");
+  q.push(entry("k", 4));  // with no window: ready at once
+  CHECK(q.has_fresh_ready(seconds(0), SIZE_MAX), "an entry beside a held one left behind waits");
+  q.request_flush();
+  taken = q.take_fresh();
+  CHECK(taken.size() == 2, "a flush left %zu of 2 entries behind", 2 - taken.size());
+  q.take("h");
+  q.take("k");
+  q.push(entry("m", 4));
+  CHECK(q.has_fresh_ready(seconds(0), SIZE_MAX), "the last round's count of held entries stayed");
+  q.take_fresh();
+  q.take("m");
+  // Unreleased, held entries go after kHeldWindow: a peer may be waiting for them.
+  q.push(held("late", 4));
+  const auto pushed = Clock::now();
+  CHECK(!q.wait_for_work(milliseconds(50), window, SIZE_MAX));
+  CHECK(q.wait_for_work(TensorQueue::kHeldWindow * 2, window, SIZE_MAX),
+        "held entries never went without a flush");
+  CHECK(Clock::now() - pushed >= TensorQueue::kHeldWindow, "held entries went before their window");
+  CHECK(q.take_fresh().size() == 1, "the held entry's own round left it behind");
+}
+
 }  // namespace
 
 int main() {
@@ -118,5 +184,6 @@ int main() {
   a_flush_is_for_the_batch_there_is();
   a_batch_ends_a_long_sleep_at_its_window();
   fresh_within_limits();
+  held_entries_wait_for_a_flush();
   return finish("tensor_queue");
 }
