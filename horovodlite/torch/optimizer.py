@@ -131,6 +131,12 @@ class _DistributedOptimizer:
         self._group_ready.clear()
         self._delay = {p: self.backward_passes_per_step for p in self._requires_update}
         self._synchronized = False
+        self._new_world()
+
+    def _new_world(self):
+        """The world may have changed (elastic: ranks, hosts): whether gradients are held
+        (_overlap.py) is decided again at the next gradient."""
+        self._hold = None
 
     @contextlib.contextmanager
     def skip_synchronize(self):

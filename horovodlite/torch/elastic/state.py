@@ -99,6 +99,9 @@ class _OptimizerHandler(_Handler):
     def sync(self):
         from ..functions import broadcast_optimizer_state
 
+        new_world = getattr(self.value, "_new_world", None)  # a DistributedOptimizer
+        if new_world is not None:
+            new_world()
         broadcast_optimizer_state(self.value, root_rank=0)
 
 
