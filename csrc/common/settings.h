@@ -31,8 +31,8 @@ enum class SettingType { INT, REAL, BOOL, STRING };
     "training thread), where a round during backward only takes the core from backward")    \
   X(WAKEUP, STRING, "poll", false,                                                           \
     "how the engine waits for work and for peers: poll (polls), auto (sleeps on a "         \
-    "shared-memory futex where all ranks of a set share a host: a tenth of the CPU, but "    \
-    "training measured slower with it, so it is not the default yet). Either way peers "     \
+    "shared-memory futex where all ranks of a set share a host: a tenth of an idle engine's " \
+    "CPU; training measured no faster with it, so it is not the default). Either way peers " \
     "ring through shared memory where the set shares a host, else through the transport")  \
   X(SHM_NEGOTIATION, BOOL, "1", false,                                                       \
     "ranks of a set on one host vote in each negotiation round through shared memory "      \
