@@ -5,14 +5,13 @@ Overlapping the reduction with backward pays where the engine's thread has a cor
 itself (or the work is a GPU's or a network's). Where every core this rank may run on
 already runs a training thread, each round during backward takes the core from
 backward: on 2 ranks on 2 cores (smallcnn, benchmarks/torch_training.py --paired) the
-engine woke ~15 times a step for rounds of a few tensors, using 4.3-7.5 ms of CPU and
-155-490 context switches per ~190 ms step. Held until step(), the gradients go in one
-round while the callers wait anyway: one round a step and a third of the switches (the
-measurements are in the README). Across hosts the link's time is what overlap hides,
+engine ran 14-18 rounds a step, using 3.7-8.3 ms of CPU and 97-579 context switches per
+~190 ms step. Held until step(), the gradients go in one round while the callers wait
+anyway: 1.4 rounds a step, 3.0-4.6 ms, 76-182 switches (the README has the table). Across hosts the link's time is what overlap hides,
 so a set that spans hosts always overlaps."""
 import os
 
-from . import basics, settings
+from . import settings
 from ._loader import _core
 
 
@@ -27,7 +26,7 @@ def engine_has_a_core(training_threads, ranks_here):
 def choice():
     """BACKWARD_OVERLAP's value: "1", "0" or "auto"; ValueError naming the variable for
     anything else (read when the optimizer is made, so a typo fails there)."""
-    value = settings.value("BACKWARD_OVERLAP", basics._state["settings"])
+    value = settings.at_init("BACKWARD_OVERLAP")
     if value in (None, "auto", "1", "0"):
         return value or "auto"
     raise ValueError(f"horovodlite: HOROVODLITE_BACKWARD_OVERLAP={value!r}; use 1, 0 or auto")

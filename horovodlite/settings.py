@@ -33,6 +33,14 @@ def value(name, settings=None):
     return (settings if settings is not None else read())[name][0]
 
 
+def at_init(name):
+    """One setting, from those hvd.init() read (the Python layer reads its settings once
+    per init, with the core's); before the first init, from the environment now."""
+    from . import basics
+
+    return value(name, basics._state["settings"])
+
+
 def markdown():
     """The README's settings table."""
     lines = ["| variable | type | default | autotune | meaning |", "|---|---|---|---|---|"]

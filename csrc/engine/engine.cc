@@ -157,7 +157,7 @@ std::shared_ptr<HandleState> Engine::submit(EnqueueArgs a) {
   e->req = std::move(a.req);
   e->input = a.input;
   e->output = a.output;
-  e->held = a.held;
+  e->held = a.held && a.req.device < 0;  // a GPU's work overlaps backward on the GPU
   e->handle = std::make_shared<HandleState>();
   e->handle->process_set = a.process_set;
   e->req.ready_at = Clock::now();

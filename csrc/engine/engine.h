@@ -26,7 +26,8 @@ struct EnqueueArgs {
   // the work (Engine::wait), so where the caller may run the round itself
   // (Worker::may_help) the submission need not wake the set's thread.
   bool caller_waits = false;
-  // Held until a caller blocks (TensorEntry::held).
+  // Held until a caller blocks (TensorEntry::held); host memory only (GPU tensors go
+  // as ever: the GPU's work overlaps backward without taking a core).
   bool held = false;
 };
 

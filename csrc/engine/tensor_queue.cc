@@ -104,21 +104,23 @@ std::vector<Request> TensorQueue::take_fresh(bool* arriving, Clock::time_point n
       held_fresh_ == 0 || flush_ || shutdown_ || fresh_bytes_ >= bytes_hint_ || held_expired(now);
   std::vector<Request> out;
   out.reserve(fresh_.size());
-  std::vector<std::string> kept;
-  size_t kept_bytes = 0;
+  // Those left behind move to the front of fresh_, in place (fresh_ keeps its capacity:
+  // no allocation per round).
+  size_t kept = 0, kept_bytes = 0;
   for (auto& n : fresh_) {
     TensorEntry& e = *table_.at(n);
     if (e.held && !release_held) {
       kept_bytes += tensor_bytes(e.req.shape, e.req.dtype);
-      kept.push_back(std::move(n));
+      if (&fresh_[kept] != &n) fresh_[kept] = std::move(n);
+      ++kept;
       continue;
     }
     e.put_forward = true;
     out.push_back(e.req);
   }
-  fresh_ = std::move(kept);
+  fresh_.resize(kept);
   fresh_bytes_ = kept_bytes;
-  held_fresh_ = fresh_.size();
+  held_fresh_ = kept;
   flush_ = false;
   return out;
 }

@@ -38,9 +38,10 @@ struct TensorEntry {
   // Taken by a round (take_fresh): this rank has put it forward, and only from then
   // can a response (an error naming it, say) be for it.
   bool put_forward = false;
-  // Held until a caller blocks (a flush), or kHeldWindow at most, and it wakes nobody. A gradient whose optimizer synchronizes in step(),
-  // where the engine has no core of its own (horovodlite/_overlap.py): a round
-  // during backward could only take the core from backward.
+  // Held until a caller blocks (a flush), or kHeldWindow at most, and it wakes nobody.
+  // A gradient whose optimizer synchronizes in step(), where the engine has no core of
+  // its own (horovodlite/_overlap.py): a round during backward could only take the core
+  // from backward.
   bool held = false;
 };
 
@@ -64,7 +65,7 @@ class TensorQueue {
   // and no shutdown was asked for.
   bool fresh_within(size_t bytes, size_t lone_bytes = 0);
   // Non-blocking form of wait_for_work's test. Held entries (TensorEntry::held) are
-  // ready by a flush or by the batch's bytes only.
+  // ready by a flush, the batch's bytes or kHeldWindow only.
   bool has_fresh_ready(std::chrono::nanoseconds batch_window, size_t batch_bytes);
   // Non-blocking, for a worker that sleeps elsewhere (Doorbell): when the fresh work
   // is (or was) ready to go - a time <= now - or when its batching window closes;

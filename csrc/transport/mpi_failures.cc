@@ -19,8 +19,6 @@ std::mutex mu;
 MPI_Group world_group = MPI_GROUP_NULL;
 MPI_Comm world_comm = MPI_COMM_NULL;
 std::vector<MPI_Comm> owned;  // revoked at the first failure (under ULFM)
-
-void revoke_all();
 }  // namespace
 
 void set_world(MPI_Comm world) {
@@ -69,16 +67,14 @@ void revoke(MPI_Comm c) {
 #endif
 }
 
-namespace {
-void revoke_all() {
-  if (!ulfm_enabled()) return;
-  std::lock_guard<std::mutex> l(mu);
-  for (MPI_Comm c : owned) revoke(c);
-  HVDL_LOG(DEBUG) << "revoked " << owned.size() << " communicators after a failure";
+void arm_revoke() {
+  PeerHealth::get().on_failure([] {
+    if (!ulfm_enabled()) return;
+    std::lock_guard<std::mutex> l(mu);
+    for (MPI_Comm c : owned) revoke(c);
+    HVDL_LOG(DEBUG) << "revoked " << owned.size() << " communicators after a failure";
+  });
 }
-}  // namespace
-
-void arm_revoke() { PeerHealth::get().on_failure(revoke_all); }
 
 std::vector<int> world_ranks_of(MPI_Comm c) {
   MPI_Group g;

@@ -80,11 +80,10 @@ def _finalize():
 
 
 def setting(name):
-    """One setting, from those hvd.init() read (the Python layer reads its settings once
-    per init, with the core's); before the first init, from the environment now."""
-    from .. import basics, settings
+    """One setting, as hvd.init() read it (settings.at_init)."""
+    from .. import settings
 
-    return settings.value(name, basics._state["settings"])
+    return settings.at_init(name)
 
 
 def enabled():

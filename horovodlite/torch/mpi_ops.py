@@ -102,8 +102,7 @@ def _allreduce_submit(tensor, in_place, name, op, prescale, postscale, process_s
         keep = (tensor, src, dst)
     return submit_allreduce(keep, finish, name, src.data_ptr(), dst.data_ptr(), code, op,
                             float(prescale), float(postscale), _set_id(process_set), group,
-                            group_size, src.shape, where["device"], where.get("stream"),
-                            held and where["device"] < 0)
+                            group_size, src.shape, where["device"], where.get("stream"), held)
 
 
 @collective(ALLREDUCE, "allreduce", _op_name)
