@@ -80,3 +80,31 @@ def test_training_benchmarks_run_and_read_the_engine(script, args, needs):
     assert barriers and float(barriers.group(1)) == 1.0, proc.stdout[-3000:]  # ... in lockstep
     assert float(rows["horovodlite"][1]) > 0  # img/s
     assert float(rows["horovodlite"][6]) > 0, rows["horovodlite"]  # rounds/step, from the engine
+
+
+@pytest.mark.parametrize("overlap", ["0", "1"])
+def test_step_phases_times_the_hooks_and_the_end_of_backward(overlap):
+    """benchmarks/step_phases.py runs on 2 ranks and times every gradient's hook; held
+    gradients (=0) are submitted at the end of backward, once a step, and with =1 from
+    the hooks, so that column stays at zero."""
+    pytest.importorskip("torch")
+    cmd = [mpirun_path(), "--oversubscribe", "--bind-to", "none", "-np", "2", sys.executable,
+           str(ROOT / "benchmarks" / "step_phases.py"), "--steps", "2", "--warmup", "1",
+           "--batch-size", "4", "--image-size", "32"]
+    proc = subprocess.run(cmd, env=mpi_env({"HOROVODLITE_BACKWARD_OVERLAP": overlap}),
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    rows = [line.strip("|").split("|") for line in proc.stdout.splitlines()
+            if re.match(r"^\| [01] \|", line)]
+    assert len(rows) == 2, proc.stdout[-3000:]
+    sys.path.insert(0, str(ROOT / "examples"))
+    try:
+        from pytorch_synthetic_benchmark import MODELS
+    finally:
+        sys.path.pop(0)
+    params = sum(p.requires_grad for p in MODELS["smallcnn"]().parameters())
+    for cells in rows:
+        hooks, end_of_backward, per_step = float(cells[3]), float(cells[4]), float(cells[8])
+        assert per_step == params and hooks > 0, cells
+        assert (end_of_backward > 0) == (overlap == "0"), cells

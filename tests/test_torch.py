@@ -85,20 +85,32 @@ def test_distributed_optimizer(n):
 def test_gradients_held_until_step_or_reduced_during_backward():
     """BACKWARD_OVERLAP=0 holds the optimizer's gradients until step() (none finished
     during a pause after backward; step() runs the round), =1 reduces them during
-    backward; either trains as one process on the whole batch, with the same bits. A
+    backward; either trains as one process on the whole batch, with the same bits. Either
+    way every gradient is in the engine's queue when backward() returns (held ones are
+    submitted together at its end), also after a backward pass that stopped halfway. A
     rank blocked elsewhere (an MPI barrier) before its step() still lets a peer's step
     finish."""
-    both = _run(2, "(c.held_gradients(), c.held_gradients_while_a_rank_waits_elsewhere())",
-                env={"HOROVODLITE_BACKWARD_OVERLAP": "0"})
+    cases = ("(c.held_gradients(), c.held_gradients_while_a_rank_waits_elsewhere(), "
+             "c.held_gradients_after_a_stopped_backward())")
+    both = _run(2, cases, env={"HOROVODLITE_BACKWARD_OVERLAP": "0"})
     held = [b[0] for b in both]
     for i in range(len(both[0][1])):
         _same_on_all_ranks([b[1][i] for b in both], f"weights {i} after the barrier")
-    overlapped = _run(2, "c.held_gradients()", env={"HOROVODLITE_BACKWARD_OVERLAP": "1"})
+    more = _run(2, f"{cases}[::2]", env={"HOROVODLITE_BACKWARD_OVERLAP": "1"})
+    overlapped = [m[0] for m in more]
     for res in (held, overlapped):
         assert all(diff <= 1e-9 for diff, *_ in res), [r[0] for r in res]
         for i in range(len(res[0][3])):
             _same_on_all_ranks([r[3][i] for r in res], f"weights {i}")
-    for diff, finished, rounds, _ in held:
+        for r in res:
+            assert r[4] == [len(r[3])] * 3, f"gradients in the queue after backward: {r[4]}"
+    for stopped in [b[2] for b in both] + [m[1] for m in more]:
+        diff, queued, params, _ = stopped
+        assert diff <= 1e-9, f"after a stopped backward: {diff} from the reference"
+        assert queued == params, f"after a stopped backward, {queued} of {params} queued"
+    for i in range(len(both[0][2][3])):
+        _same_on_all_ranks([b[2][3][i] for b in both], f"weights {i} after a stopped backward")
+    for diff, finished, rounds, *_ in held:
         assert finished == [0, 0, 0], f"held gradients finished before step(): {finished}"
         assert all(k >= 1 for k in rounds), f"step() ran no round for held gradients: {rounds}"
     for i in range(len(held[0][3])):  # a sum of two: the same bits however batched

@@ -365,17 +365,80 @@ def held_gradients():
     opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
                                    named_parameters=model.named_parameters())
     shard = slice(4 * r, 4 * r + 4)
-    finished, rounds = [], []
+    finished, rounds, queued = [], [], []
     for s in range(3):
         opt.zero_grad()
         hvd.allreduce(torch.zeros(1), name=f"held.start.{s}")  # the ranks start together
         F.mse_loss(model(x[s, 0, shard]), y[s, 0, shard]).backward()
+        queued.append(_queued(opt))
         time.sleep(0.2)
         finished.append(sum(bool(hvd.poll(h)) for h, _, _ in opt._handles.values()))
         before = _core.stats(0)["rounds"]
         opt.step()
         rounds.append(_core.stats(0)["rounds"] - before)
     return (_max_diff(model, ref), finished, rounds,
+            [p.detach().numpy().copy() for p in model.parameters()], queued)
+
+
+def _queued(opt):
+    """How many of the optimizer's gradients are in the engine's queue (have a handle)."""
+    return sum(isinstance(h, int) for h, _, _ in opt._handles.values())
+
+
+class _StopOnce(nn.Module):
+    """The identity, whose backward raises the first time: a backward pass that stops
+    halfway, after the heads' gradients were final and before fc1's."""
+
+    def __init__(self):
+        super().__init__()
+        self.armed = True
+
+    def forward(self, h):
+        return _StoppingIdentity.apply(h, self)
+
+
+class _StoppingIdentity(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, h, owner):
+        ctx.owner = owner
+        return h.clone()
+
+    @staticmethod
+    def backward(ctx, g):
+        if ctx.owner.armed:
+            ctx.owner.armed = False
+            raise RuntimeError("backward stopped halfway (made to)")
+        return g, None
+
+
+def held_gradients_after_a_stopped_backward():
+    """The first backward pass stops halfway with an error, which the script catches;
+    step() still reduces every gradient (fc1's, which never came, as zeros), and the
+    next pass's gradients are all in the engine's queue when its backward() returns.
+    Trained against one process doing the same on the whole batch. Returns (max
+    difference from the reference, gradients queued when the second backward returned,
+    trainable parameters, weights)."""
+    n, r = hvd.size(), hvd.rank()
+    x, y = _batches(2, 1, 4 * n, torch.float64)
+
+    def train(model, opt, shard, after_backward=lambda: None):
+        for s in range(2):
+            opt.zero_grad()
+            try:
+                F.mse_loss(model(x[s, 0, shard]), y[s, 0, shard]).backward()
+            except RuntimeError as e:
+                assert s == 0 and "halfway" in str(e), (s, e)
+            after_backward()
+            opt.step()
+
+    ref = _net(norm=_StopOnce())
+    train(ref, torch.optim.SGD(ref.parameters(), lr=0.1), slice(None))
+    model = _net(norm=_StopOnce())
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters())
+    queued = []
+    train(model, opt, slice(4 * r, 4 * r + 4), lambda: queued.append(_queued(opt)))
+    return (_max_diff(model, ref), queued[1], len(list(model.parameters())),
             [p.detach().numpy().copy() for p in model.parameters()])
 
 

@@ -4,7 +4,8 @@ A hook on each parameter (register_post_accumulate_grad_hook) starts that gradie
 allreduce the moment autograd has finished accumulating it, so communication overlaps
 the rest of backward; step() waits for all of them, then runs the user's step. Where
 the engine has no core of its own the gradients are held until step() instead
-(BACKWARD_OVERLAP, _overlap.py)."""
+(BACKWARD_OVERLAP, _overlap.py): their hooks then only note them, and the end of the
+backward pass submits them all in one loop (see _note_held)."""
 import contextlib
 import warnings
 import weakref
@@ -13,7 +14,7 @@ import torch
 
 from .. import _overlap
 from ..basics import Average, _topology
-from ..handles import synchronize as _wait
+from ..handles import named, synchronize as _wait
 from ..ops import predivide_scales, resolve_op
 from ..process_sets import _set_id, global_process_set
 from .compression import Compression
@@ -59,23 +60,30 @@ class _DistributedOptimizer:
         params = [p for g in self.param_groups for p in g["params"]]
         self._requires_update = [p for p in params if p.requires_grad]
         self._group_of, self._groups = _split_groups(groups, self._requires_update)
+        # Per parameter, by its index in _requires_update (the hook knows its index, so
+        # the hot path indexes lists instead of hashing tensors: Tensor.__hash__ is a
+        # Python call, and a gradient took eight of them): the allreduce's name.
+        self._op_names = [f"allreduce.{self._names[p]}" for p in self._requires_update]
         self._handles = {}      # param -> (handle or None, compression ctx, grad tensor)
         self._group_ready = {}  # group index -> params whose gradient is final
         self._sparse_seen = set()  # params whose gradient has been sparse
         self._overlap = _overlap.choice()
         self._hold = None  # hold host gradients until step() (_overlap.py); None: not decided
+        self._noted = []  # (param, index): held gradients final in this backward pass
         self._should_synchronize = True
         self._synchronized = False
         self.set_backward_passes_per_step(backward_passes_per_step)
         ref = weakref.ref(self)
 
-        def hook(p):
-            opt = ref()
-            if opt is not None:
-                opt._grad_ready(p)
+        def hook_for(i):
+            def hook(p):
+                opt = ref()
+                if opt is not None:
+                    opt._grad_ready(p, i)
+            return hook
 
-        self._hook_handles = [p.register_post_accumulate_grad_hook(hook)
-                              for p in self._requires_update]
+        self._hook_handles = [p.register_post_accumulate_grad_hook(hook_for(i))
+                              for i, p in enumerate(self._requires_update)]
 
     def __del__(self):
         for h in getattr(self, "_hook_handles", ()):
@@ -88,16 +96,22 @@ class _DistributedOptimizer:
         if passes < 1:
             raise ValueError(f"horovodlite: backward_passes_per_step must be >= 1, got {passes}")
         self.backward_passes_per_step = passes
-        self._delay = {p: passes for p in self._requires_update}
+        self._reset_passes()
+
+    def _reset_passes(self):
+        """Every parameter's backward passes still to come before its gradient is final."""
+        self._delay = [self.backward_passes_per_step] * len(self._requires_update)
 
     def synchronize(self):
         """Waits for every gradient's allreduce (starting those not started yet: parameters
         that got no gradient this step take part with zeros) and writes the results into
         the .grad tensors."""
-        for p in self._requires_update:
+        if self._noted:  # a backward pass that raised never reached its end
+            self._submit_noted()
+        for i, p in enumerate(self._requires_update):
             entry = self._handles.get(p)
             if entry is None or (entry[0] is None and not self._waiting_in_group(p)):
-                self._start(p)
+                self._start(p, i)
         error = None
         for p, (handle, ctx, grad) in list(self._handles.items()):
             try:
@@ -114,7 +128,7 @@ class _DistributedOptimizer:
                 error = error or e
         self._handles.clear()
         self._group_ready.clear()
-        self._delay = {p: self.backward_passes_per_step for p in self._requires_update}
+        self._reset_passes()
         self._synchronized = True
         if error is not None:
             raise error
@@ -128,8 +142,9 @@ class _DistributedOptimizer:
 
         orphan([h for h, _, _ in self._handles.values() if isinstance(h, int)])
         self._handles.clear()
+        self._noted.clear()
         self._group_ready.clear()
-        self._delay = {p: self.backward_passes_per_step for p in self._requires_update}
+        self._reset_passes()
         self._synchronized = False
         self._new_world()
 
@@ -170,26 +185,56 @@ class _DistributedOptimizer:
         return super().zero_grad(*args, **kwargs)
 
     # ------------------------------------------------------------------ internals
-    def _grad_ready(self, p):
-        if self._delay[p] <= 0:
+    def _grad_ready(self, p, i):
+        left = self._delay[i]
+        if left <= 0:
             raise AssertionError(_TOO_MANY_PASSES.format(
                 name=self._names[p], passes=self.backward_passes_per_step))
-        self._delay[p] -= 1
-        if self._delay[p] > 0:
+        self._delay[i] = left - 1
+        if left > 1:
             self._handles[p] = (None, None, None)  # accumulating locally
+        elif self._group_of:
+            self._start(p, i)
+        elif self._holds(p):
+            self._note_held(p, i)
         else:
-            self._start(p)
+            self._handles[p] = self._submit(p, self._op_names[i])
+
+    def _holds(self, p):
+        if self._hold is None:  # decided at the first gradient (torch's threads are set by then)
+            self._hold = _overlap.holds_gradients(self._overlap, _set_id(self.process_set),
+                                                  self.process_set.size(), torch.get_num_threads())
+        return self._hold and p.is_cpu  # the engine holds host memory only
+
+    def _note_held(self, p, i):
+        """A held gradient is final: note it; the end of this backward pass submits all
+        that were noted. Submitting in each hook cost 50-60 us a gradient against 7 us
+        in one loop: a hook runs between backward's kernels, which have just evicted the
+        submission's code and data from the caches. The engine would not start held
+        gradients before step() anyway, and they still reach its queue before backward()
+        returns, so a peer that waits for them while this rank is blocked in something
+        else still gets them (the queue's 2 s bound)."""
+        if not self._noted:
+            torch.autograd.Variable._execution_engine.queue_callback(self._submit_noted)
+        self._noted.append((p, i))
+        self._handles[p] = (None, None, None)
+
+    def _submit_noted(self):
+        """Submits the noted gradients in the order their hooks ran."""
+        noted, self._noted = self._noted, []
+        for p, i in noted:
+            self._handles[p] = self._submit(p, self._op_names[i])
 
     def _waiting_in_group(self, p):
         g = self._group_of.get(p)
         return g is not None and p in self._group_ready.get(g, ())
 
-    def _start(self, p):
+    def _start(self, p, i):
         """p's gradient is final: reduce it now, or once its whole group is final."""
-        self._delay[p] = 0
+        self._delay[i] = 0
         g = self._group_of.get(p)
         if g is None:
-            self._handles[p] = self._submit(p)
+            self._handles[p] = self._submit(p, self._op_names[i])
             return
         ready = self._group_ready.setdefault(g, set())
         ready.add(p)
@@ -216,7 +261,9 @@ class _DistributedOptimizer:
             p.grad = p.grad.contiguous()
         return p.grad
 
-    def _submit(self, p, name=None, group="", group_size=0):
+    def _submit(self, p, name, group="", group_size=0):
+        """Starts p's allreduce under `name` ("allreduce.<parameter name>", or a group
+        member's); returns (handle, compression ctx, the gradient it writes)."""
         grad = self._final_grad(p, dense=self.sparse_as_dense or bool(group))
         if grad.is_sparse:
             self._sparse_seen.add(p)
@@ -224,12 +271,9 @@ class _DistributedOptimizer:
             return sparse_allreduce_async(grad, name, self.op, self.process_set), None, grad
         compressed, ctx = self._compression.compress(grad)
         pre, post = self._scales
-        name = name or _op_name("allreduce", self._names[p], self.process_set)
-        if self._hold is None:  # decided at the first gradient (torch's threads are set by then)
-            self._hold = _overlap.holds_gradients(self._overlap, _set_id(self.process_set),
-                                                  self.process_set.size(), torch.get_num_threads())
-        h = _allreduce_submit(compressed, True, name, self.op, pre, post, self.process_set,
-                              group=group, group_size=group_size, held=self._hold)
+        h = _allreduce_submit(compressed, True, named(name), self.op, pre, post,
+                              self.process_set, group=group, group_size=group_size,
+                              held=self._holds(p))
         return h, ctx, grad
 
     def _synchronized_closure(self, closure):

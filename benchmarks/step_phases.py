@@ -1,0 +1,115 @@
+"""Where a training step's time goes on the training thread, per rank: forward, backward,
+the DistributedOptimizer's gradient hooks inside backward, the submission of held
+gradients at the end of backward, the wait for the slower rank, synchronize (the
+allreduces) and the optimizer's own step.
+
+    horovodlite-run -np 2 python benchmarks/step_phases.py [--model smallcnn --steps 30]
+    HOROVODLITE_BACKWARD_OVERLAP=1 horovodlite-run -np 2 python benchmarks/step_phases.py
+
+The hooks and the end-of-backward submission are timed by wrapping the optimizer's own
+methods (the hook calls `_grad_ready`, the end of backward `_submit_noted`), so the
+numbers include nothing but them. Before synchronize the ranks meet in an MPI barrier:
+the barrier's time is the wait for the slower rank, and synchronize's is then the
+exchange itself. Step times swing from launch to launch on a shared machine: compare
+launches that alternate.
+"""
+import argparse
+import importlib.util
+import os
+import time
+
+import torch
+import torch.nn.functional as F
+
+import horovodlite.torch as hvd
+
+PHASES = ("forward", "backward", "hooks", "end of backward", "wait for peers", "synchronize",
+          "optimizer step")
+
+
+def _example():
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples",
+                        "pytorch_synthetic_benchmark.py")
+    spec = importlib.util.spec_from_file_location("pytorch_synthetic_benchmark", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _timed(totals, key, fn):
+    def wrapper(*args):
+        t = time.perf_counter()
+        try:
+            return fn(*args)
+        finally:
+            totals[key] += time.perf_counter() - t
+            totals[key + " calls"] += 1
+    return wrapper
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default="smallcnn")
+    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--image-size", type=int, default=64)
+    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--warmup", type=int, default=10)
+    args = ap.parse_args()
+
+    from mpi4py import MPI
+
+    hvd.init()
+    comm = MPI.COMM_WORLD
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    model = _example().MODELS[args.model]()
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9),
+                                   named_parameters=model.named_parameters())
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    data = torch.randn(args.batch_size, 3, args.image_size, args.image_size)
+    target = torch.randint(0, model.fc.out_features, (args.batch_size,))
+
+    totals = dict.fromkeys(PHASES, 0.0)
+    totals.update({"hooks calls": 0, "end of backward calls": 0})
+    opt._grad_ready = _timed(totals, "hooks", opt._grad_ready)
+    if hasattr(opt, "_submit_noted"):  # (builds before it submitted in every hook)
+        opt._submit_noted = _timed(totals, "end of backward", opt._submit_noted)
+    for step in range(args.warmup + args.steps):
+        if step == args.warmup:
+            totals.update(dict.fromkeys(totals, 0))  # in place: the wrappers hold it
+        opt.zero_grad()
+        t0 = time.perf_counter()
+        loss = F.cross_entropy(model(data), target)
+        t1 = time.perf_counter()
+        loss.backward()
+        t2 = time.perf_counter()
+        comm.Barrier()
+        t3 = time.perf_counter()
+        opt.synchronize()
+        t4 = time.perf_counter()
+        with opt.skip_synchronize():
+            opt.step()
+        t5 = time.perf_counter()
+        for phase, dt in zip(("forward", "backward", "wait for peers", "synchronize",
+                              "optimizer step"), (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4)):
+            totals[phase] += dt
+
+    n = args.steps
+    hooks = totals["hooks calls"] / n
+    row = {phase: totals[phase] / n * 1e3 for phase in PHASES}
+    rows = comm.gather((hvd.rank(), row, hooks), root=0)
+    if hvd.rank() == 0:
+        overlap = os.environ.get("HOROVODLITE_BACKWARD_OVERLAP", "auto")
+        print(f"model {args.model}, batch {args.batch_size}/rank, np={hvd.size()}, "
+              f"{n} steps timed, BACKWARD_OVERLAP={overlap}; ms per step (hooks and the end "
+              "of backward are part of backward)")
+        print("| rank | " + " | ".join(PHASES) + " | hooks / step | us / hook |")
+        print("|---" * (len(PHASES) + 3) + "|")
+        for rank, r, k in rows:
+            per_hook = r["hooks"] / k * 1e3 if k else float("nan")
+            print(f"| {rank} | " + " | ".join(f"{r[p]:.2f}" for p in PHASES)
+                  + f" | {k:.0f} | {per_hook:.1f} |")
+
+
+if __name__ == "__main__":
+    main()
