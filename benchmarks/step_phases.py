@@ -5,6 +5,7 @@ allreduces) and the optimizer's own step.
 
     horovodlite-run -np 2 python benchmarks/step_phases.py [--model smallcnn --steps 30]
     HOROVODLITE_BACKWARD_OVERLAP=1 horovodlite-run -np 2 python benchmarks/step_phases.py
+    horovodlite-run -np 2 python benchmarks/step_phases.py --against-twin
 
 The hooks and the end-of-backward submission are timed by wrapping the optimizer's own
 methods (the hook calls `_grad_ready`, the end of backward `_submit_noted`), so the
@@ -12,10 +13,17 @@ numbers include nothing but them. Before synchronize the ranks meet in an MPI ba
 the barrier's time is the wait for the slower rank, and synchronize's is then the
 exchange itself. Step times swing from launch to launch on a shared machine: compare
 launches that alternate.
+
+--against-twin instead trains three ways in the same processes, in blocks of steps
+whose order rotates: horovodlite as a user trains (no barrier), `lockstep` (a twin model
+from the same seed with its plain optimizer and an MPI barrier before each step: what
+waiting for the slower rank costs alone) and `no exchange` (the twin alone). It prints
+each way's forward, backward and step (the barrier and the exchange included) per rank.
 """
 import argparse
 import importlib.util
 import os
+import statistics
 import time
 
 import torch
@@ -54,6 +62,8 @@ def main():
     ap.add_argument("--image-size", type=int, default=64)
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--against-twin", action="store_true")
+    ap.add_argument("--block", type=int, default=5, help="steps per block (--against-twin)")
     args = ap.parse_args()
 
     from mpi4py import MPI
@@ -68,6 +78,8 @@ def main():
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     data = torch.randn(args.batch_size, 3, args.image_size, args.image_size)
     target = torch.randint(0, model.fc.out_features, (args.batch_size,))
+    if args.against_twin:
+        return _against_twin(args, comm, model, opt, data, target)
 
     totals = dict.fromkeys(PHASES, 0.0)
     totals.update({"hooks calls": 0, "end of backward calls": 0})
@@ -109,6 +121,61 @@ def main():
             per_hook = r["hooks"] / k * 1e3 if k else float("nan")
             print(f"| {rank} | " + " | ".join(f"{r[p]:.2f}" for p in PHASES)
                   + f" | {k:.0f} | {per_hook:.1f} |")
+
+
+WAYS = ("horovodlite", "lockstep", "no exchange")
+
+
+def _against_twin(args, comm, model, opt, data, target):
+    torch.manual_seed(0)
+    twin = _example().MODELS[args.model]()
+    twin_opt = torch.optim.SGD(twin.parameters(), lr=0.01, momentum=0.9)
+    ways = {"horovodlite": (model, opt, None), "lockstep": (twin, twin_opt, comm.Barrier),
+            "no exchange": (twin, twin_opt, None)}
+    totals = {w: [0.0, 0.0, 0.0] for w in WAYS}  # forward, backward, step
+    computes = {w: [] for w in WAYS}  # each step's forward + backward, s
+    counted = dict.fromkeys(WAYS, 0)
+    blocks = -(-(args.warmup + args.steps) // args.block)
+    warm_blocks = -(-args.warmup // args.block)
+    for b in range(blocks):
+        for w in WAYS[b % 3:] + WAYS[:b % 3]:  # the order rotates every block
+            m, o, barrier = ways[w]
+            # The ranks drift apart in a block without exchange; the first exchange
+            # after it would wait out that drift and charge it to its own way.
+            comm.Barrier()
+            for _ in range(args.block):
+                o.zero_grad()
+                t0 = time.perf_counter()
+                loss = F.cross_entropy(m(data), target)
+                t1 = time.perf_counter()
+                loss.backward()
+                t2 = time.perf_counter()
+                if barrier is not None:
+                    barrier()
+                o.step()
+                t3 = time.perf_counter()
+                if b >= warm_blocks:
+                    for i, dt in enumerate((t1 - t0, t2 - t1, t3 - t2)):
+                        totals[w][i] += dt
+                    counted[w] += 1
+                    computes[w].append(t2 - t0)
+    per_step = {w: [t / counted[w] * 1e3 for t in totals[w]]
+                + [statistics.pstdev(computes[w]) * 1e3] for w in WAYS}
+    rows = comm.gather((hvd.rank(), per_step), root=0)
+    if hvd.rank() == 0:
+        print(f"model {args.model}, batch {args.batch_size}/rank, np={hvd.size()}, "
+              f"{counted['horovodlite']} steps each way in blocks of {args.block}, "
+              f"BACKWARD_OVERLAP={os.environ.get('HOROVODLITE_BACKWARD_OVERLAP', 'auto')}; "
+              "ms per step")
+        print("| rank | way | forward | backward | step (with any wait) | total | x no exchange's "
+              "| sd of forward + backward |")
+        print("|---|---|---|---|---|---|---|---|")
+        for rank, ps in rows:
+            alone = sum(ps["no exchange"][:3])
+            for w in WAYS:
+                total = sum(ps[w][:3])
+                print(f"| {rank} | {w} | " + " | ".join(f"{t:.2f}" for t in ps[w][:3])
+                      + f" | {total:.2f} | {total / alone:.3f} | {ps[w][3]:.1f} |")
 
 
 if __name__ == "__main__":

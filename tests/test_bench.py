@@ -82,29 +82,43 @@ def test_training_benchmarks_run_and_read_the_engine(script, args, needs):
     assert float(rows["horovodlite"][6]) > 0, rows["horovodlite"]  # rounds/step, from the engine
 
 
-@pytest.mark.parametrize("overlap", ["0", "1"])
-def test_step_phases_times_the_hooks_and_the_end_of_backward(overlap):
-    """benchmarks/step_phases.py runs on 2 ranks and times every gradient's hook; held
-    gradients (=0) are submitted at the end of backward, once a step, and with =1 from
-    the hooks, so that column stays at zero."""
-    pytest.importorskip("torch")
+
+def _step_phases(args, overlap):
+    """benchmarks/step_phases.py on 2 ranks, tiny; its table's rows as lists of cells."""
     cmd = [mpirun_path(), "--oversubscribe", "--bind-to", "none", "-np", "2", sys.executable,
-           str(ROOT / "benchmarks" / "step_phases.py"), "--steps", "2", "--warmup", "1",
-           "--batch-size", "4", "--image-size", "32"]
+           str(ROOT / "benchmarks" / "step_phases.py"), "--warmup", "1", "--batch-size", "4",
+           "--image-size", "32", *args]
     proc = subprocess.run(cmd, env=mpi_env({"HOROVODLITE_BACKWARD_OVERLAP": overlap}),
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                           timeout=300)
     assert proc.returncode == 0, proc.stdout[-4000:]
-    rows = [line.strip("|").split("|") for line in proc.stdout.splitlines()
+    return [[c.strip() for c in line.strip("|").split("|")] for line in proc.stdout.splitlines()
             if re.match(r"^\| [01] \|", line)]
-    assert len(rows) == 2, proc.stdout[-3000:]
+
+
+def test_step_phases_times_the_hooks_and_runs_against_its_twin():
+    """benchmarks/step_phases.py times every gradient's hook, and held gradients (=0)
+    are submitted at the end of backward. --against-twin (here with gradients reduced
+    during backward, =1) trains horovodlite, lockstep and the twin alone in the same
+    processes and prints each way's phases per rank."""
+    pytest.importorskip("torch")
     sys.path.insert(0, str(ROOT / "examples"))
     try:
         from pytorch_synthetic_benchmark import MODELS
     finally:
         sys.path.pop(0)
     params = sum(p.requires_grad for p in MODELS["smallcnn"]().parameters())
+    rows = _step_phases(["--steps", "2"], "0")
+    assert len(rows) == 2, rows
     for cells in rows:
         hooks, end_of_backward, per_step = float(cells[3]), float(cells[4]), float(cells[8])
-        assert per_step == params and hooks > 0, cells
-        assert (end_of_backward > 0) == (overlap == "0"), cells
+        assert per_step == params and hooks > 0 and end_of_backward > 0, cells
+
+    rows = _step_phases(["--against-twin", "--steps", "3", "--block", "1"], "1")
+    assert sorted((r[0], r[1]) for r in rows) == sorted(
+        (rank, way) for rank in "01" for way in ("horovodlite", "lockstep", "no exchange")), rows
+    for r in rows:
+        forward, backward, step, total = map(float, r[2:6])
+        assert min(forward, backward, step) > 0 and abs(forward + backward + step - total) < 0.02
+        if r[1] == "no exchange":  # its own measure
+            assert float(r[6]) == 1.0, r
