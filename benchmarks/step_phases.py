@@ -55,6 +55,16 @@ def _timed(totals, key, fn):
     return wrapper
 
 
+def _forward_backward(model, opt, data, target):
+    """One step's zero_grad, forward and backward; the times around forward and backward."""
+    opt.zero_grad()
+    t0 = time.perf_counter()
+    loss = F.cross_entropy(model(data), target)
+    t1 = time.perf_counter()
+    loss.backward()
+    return t0, t1, time.perf_counter()
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="smallcnn")
@@ -89,12 +99,7 @@ def main():
     for step in range(args.warmup + args.steps):
         if step == args.warmup:
             totals.update(dict.fromkeys(totals, 0))  # in place: the wrappers hold it
-        opt.zero_grad()
-        t0 = time.perf_counter()
-        loss = F.cross_entropy(model(data), target)
-        t1 = time.perf_counter()
-        loss.backward()
-        t2 = time.perf_counter()
+        t0, t1, t2 = _forward_backward(model, opt, data, target)
         comm.Barrier()
         t3 = time.perf_counter()
         opt.synchronize()
@@ -144,12 +149,7 @@ def _against_twin(args, comm, model, opt, data, target):
             # after it would wait out that drift and charge it to its own way.
             comm.Barrier()
             for _ in range(args.block):
-                o.zero_grad()
-                t0 = time.perf_counter()
-                loss = F.cross_entropy(m(data), target)
-                t1 = time.perf_counter()
-                loss.backward()
-                t2 = time.perf_counter()
+                t0, t1, t2 = _forward_backward(m, o, data, target)
                 if barrier is not None:
                     barrier()
                 o.step()
