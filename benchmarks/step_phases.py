@@ -21,7 +21,6 @@ waiting for the slower rank costs alone) and `no exchange` (the twin alone). It 
 each way's forward, backward and step (the barrier and the exchange included) per rank.
 """
 import argparse
-import importlib.util
 import os
 import statistics
 import time
@@ -30,18 +29,10 @@ import torch
 import torch.nn.functional as F
 
 import horovodlite.torch as hvd
+from torch_training import _example  # the example's models (this folder is on the path)
 
 PHASES = ("forward", "backward", "hooks", "end of backward", "wait for peers", "synchronize",
           "optimizer step")
-
-
-def _example():
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples",
-                        "pytorch_synthetic_benchmark.py")
-    spec = importlib.util.spec_from_file_location("pytorch_synthetic_benchmark", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _timed(totals, key, fn):
