@@ -29,7 +29,9 @@ import torch
 import torch.nn.functional as F
 
 import horovodlite.torch as hvd
-from torch_training import _example  # the example's models (this folder is on the path)
+# The example's models and arguments, and a model with its twin from one seed, as the
+# training benchmark builds them (this folder is on the path).
+from torch_training import _example, _models_and_step
 
 PHASES = ("forward", "backward", "hooks", "end of backward", "wait for peers", "synchronize",
           "optimizer step")
@@ -57,30 +59,29 @@ def _forward_backward(model, opt, data, target):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", default="smallcnn")
-    ap.add_argument("--batch-size", type=int, default=32)
-    ap.add_argument("--image-size", type=int, default=64)
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 epilog="--model, --batch-size, --image-size, --threads: "
+                                        "as examples/pytorch_synthetic_benchmark.py")
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--against-twin", action="store_true")
     ap.add_argument("--block", type=int, default=5, help="steps per block (--against-twin)")
-    args = ap.parse_args()
+    args, rest = ap.parse_known_args()
+    defaults = {"--model": "smallcnn", "--batch-size": "32"}
+    rest += [x for k, v in defaults.items() if k not in rest for x in (k, v)]
+    vars(args).update(vars(_example().parse_args(rest)))
 
     from mpi4py import MPI
 
     hvd.init()
     comm = MPI.COMM_WORLD
-    torch.set_num_threads(1)
-    torch.manual_seed(0)
-    model = _example().MODELS[args.model]()
-    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9),
-                                   named_parameters=model.named_parameters())
+    model, twin, sgd, _ = _models_and_step(args, hvd.size(), args.against_twin)
+    opt = hvd.DistributedOptimizer(sgd(model), named_parameters=model.named_parameters())
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     data = torch.randn(args.batch_size, 3, args.image_size, args.image_size)
     target = torch.randint(0, model.fc.out_features, (args.batch_size,))
     if args.against_twin:
-        return _against_twin(args, comm, model, opt, data, target)
+        return _against_twin(args, comm, (model, opt), (twin, sgd(twin)), data, target)
 
     totals = dict.fromkeys(PHASES, 0.0)
     totals.update({"hooks calls": 0, "end of backward calls": 0})
@@ -122,12 +123,10 @@ def main():
 WAYS = ("horovodlite", "lockstep", "no exchange")
 
 
-def _against_twin(args, comm, model, opt, data, target):
-    torch.manual_seed(0)
-    twin = _example().MODELS[args.model]()
-    twin_opt = torch.optim.SGD(twin.parameters(), lr=0.01, momentum=0.9)
-    ways = {"horovodlite": (model, opt, None), "lockstep": (twin, twin_opt, comm.Barrier),
-            "no exchange": (twin, twin_opt, None)}
+def _against_twin(args, comm, exchanging, alone, data, target):
+    """exchanging, alone: (model, optimizer) with and without DistributedOptimizer."""
+    ways = {"horovodlite": (*exchanging, None), "lockstep": (*alone, comm.Barrier),
+            "no exchange": (*alone, None)}
     totals = {w: [0.0, 0.0, 0.0] for w in WAYS}  # forward, backward, step
     computes = {w: [] for w in WAYS}  # each step's forward + backward, s
     counted = dict.fromkeys(WAYS, 0)

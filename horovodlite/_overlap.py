@@ -7,8 +7,9 @@ already runs a training thread, each round during backward takes the core from
 backward: on 2 ranks on 2 cores (smallcnn, benchmarks/torch_training.py --paired) the
 engine ran 14-18 rounds a step, using 3.7-8.3 ms of CPU and 97-579 context switches per
 ~190 ms step. Held until step(), the gradients go in one round while the callers wait
-anyway: 1.4 rounds a step, 3.0-4.6 ms, 76-182 switches (the README has the table). Across hosts the link's time is what overlap hides,
-so a set that spans hosts always overlaps."""
+anyway: 1.4 rounds a step, 3.0-4.6 ms, 76-182 switches (the README has the table).
+Across hosts the link's time is what overlap hides, so a set that spans hosts always
+overlaps."""
 import os
 
 from . import settings
