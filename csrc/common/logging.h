@@ -26,9 +26,18 @@ class LogLine {
   std::ostringstream os_;
 };
 
+// Turns a whole `HVDL_LOG(...) << a << b` into void, so the macro can be an expression:
+// `&` binds looser than `<<`, so it takes the line after every `<<` has run.
+struct LogVoidify {
+  void operator&(const LogLine&) {}
+};
+
 }  // namespace hvdl
 
+// An expression, not an if/else, so an unbraced `if (x) HVDL_LOG(...) << ...;` is plain
+// to the compiler too (the if/else form drew -Wdangling-else at each of those). Below
+// the threshold nothing after the macro is evaluated.
 #define HVDL_LOG(LEVEL)                                                    \
-  if (::hvdl::LogLevel::LEVEL < ::hvdl::log_threshold()) {                  \
-  } else                                                                   \
-    ::hvdl::LogLine(::hvdl::LogLevel::LEVEL)
+  (::hvdl::LogLevel::LEVEL < ::hvdl::log_threshold())                      \
+      ? (void)0                                                            \
+      : ::hvdl::LogVoidify() & ::hvdl::LogLine(::hvdl::LogLevel::LEVEL)
