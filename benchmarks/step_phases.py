@@ -21,11 +21,11 @@ waiting for the slower rank costs alone) and `no exchange` (the twin alone). It 
 each way's forward, backward and step (the barrier and the exchange included) per rank.
 """
 import argparse
+import collections
 import os
 import statistics
 import time
 
-import torch
 import torch.nn.functional as F
 
 import horovodlite.torch as hvd
@@ -38,6 +38,7 @@ PHASES = ("forward", "backward", "hooks", "end of backward", "wait for peers", "
 
 
 def _timed(totals, key, fn):
+    """fn, adding its time to totals[key] and its calls to totals[key + " calls"]."""
     def wrapper(*args):
         t = time.perf_counter()
         try:
@@ -75,22 +76,18 @@ def main():
 
     hvd.init()
     comm = MPI.COMM_WORLD
-    model, twin, sgd, _ = _models_and_step(args, hvd.size(), args.against_twin)
+    model, twin, sgd, _, (data, target) = _models_and_step(args, hvd.size(), args.against_twin)
     opt = hvd.DistributedOptimizer(sgd(model), named_parameters=model.named_parameters())
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
-    data = torch.randn(args.batch_size, 3, args.image_size, args.image_size)
-    target = torch.randint(0, model.fc.out_features, (args.batch_size,))
     if args.against_twin:
         return _against_twin(args, comm, (model, opt), (twin, sgd(twin)), data, target)
 
-    totals = dict.fromkeys(PHASES, 0.0)
-    totals.update({"hooks calls": 0, "end of backward calls": 0})
+    totals = collections.defaultdict(float)
     opt._grad_ready = _timed(totals, "hooks", opt._grad_ready)
-    if hasattr(opt, "_submit_noted"):  # (builds before it submitted in every hook)
-        opt._submit_noted = _timed(totals, "end of backward", opt._submit_noted)
+    opt._submit_noted = _timed(totals, "end of backward", opt._submit_noted)
     for step in range(args.warmup + args.steps):
         if step == args.warmup:
-            totals.update(dict.fromkeys(totals, 0))  # in place: the wrappers hold it
+            totals.clear()  # in place: the wrappers hold it
         t0, t1, t2 = _forward_backward(model, opt, data, target)
         comm.Barrier()
         t3 = time.perf_counter()
@@ -127,9 +124,7 @@ def _against_twin(args, comm, exchanging, alone, data, target):
     """exchanging, alone: (model, optimizer) with and without DistributedOptimizer."""
     ways = {"horovodlite": (*exchanging, None), "lockstep": (*alone, comm.Barrier),
             "no exchange": (*alone, None)}
-    totals = {w: [0.0, 0.0, 0.0] for w in WAYS}  # forward, backward, step
-    computes = {w: [] for w in WAYS}  # each step's forward + backward, s
-    counted = dict.fromkeys(WAYS, 0)
+    times = {w: [] for w in WAYS}  # each timed step's (forward, backward, step), s
     blocks = -(-(args.warmup + args.steps) // args.block)
     warm_blocks = -(-args.warmup // args.block)
     for b in range(blocks):
@@ -145,16 +140,14 @@ def _against_twin(args, comm, exchanging, alone, data, target):
                 o.step()
                 t3 = time.perf_counter()
                 if b >= warm_blocks:
-                    for i, dt in enumerate((t1 - t0, t2 - t1, t3 - t2)):
-                        totals[w][i] += dt
-                    counted[w] += 1
-                    computes[w].append(t2 - t0)
-    per_step = {w: [t / counted[w] * 1e3 for t in totals[w]]
-                + [statistics.pstdev(computes[w]) * 1e3] for w in WAYS}
+                    times[w].append((t1 - t0, t2 - t1, t3 - t2))
+    # Per way: the mean forward, backward and step, and the sd of forward + backward, ms.
+    per_step = {w: [statistics.fmean(col) * 1e3 for col in zip(*times[w])]
+                + [statistics.pstdev(f + b for f, b, _ in times[w]) * 1e3] for w in WAYS}
     rows = comm.gather((hvd.rank(), per_step), root=0)
     if hvd.rank() == 0:
         print(f"model {args.model}, batch {args.batch_size}/rank, np={hvd.size()}, "
-              f"{counted['horovodlite']} steps each way in blocks of {args.block}, "
+              f"{len(times['horovodlite'])} steps each way in blocks of {args.block}, "
               f"BACKWARD_OVERLAP={os.environ.get('HOROVODLITE_BACKWARD_OVERLAP', 'auto')}; "
               "ms per step")
         print("| rank | way | forward | backward | step (with any wait) | total | x no exchange's "

@@ -270,7 +270,8 @@ def _paired_blocks(args, exchanging, twin, sync):
 
 def _models_and_step(args, size, paired):
     """The model from one seed, and with `paired` its twin from the same seed (else
-    None), sgd(model): its optimizer, and step(model, optimizer) on one fixed batch."""
+    None), sgd(model): its optimizer, step(model, optimizer) on one fixed batch, and
+    that batch (data, target)."""
     import torch
     import torch.nn.functional as F
 
@@ -290,13 +291,13 @@ def _models_and_step(args, size, paired):
         F.cross_entropy(m(data), target).backward()
         opt.step()
     sgd = lambda m: torch.optim.SGD(m.parameters(), lr=0.01 * size, momentum=0.9)  # noqa: E731
-    return model, twin, sgd, step
+    return model, twin, sgd, step, (data, target)
 
 
 def _paired_framework(args, hvd):
     import torch
 
-    model, twin, sgd, step = _models_and_step(args, hvd.size(), True)
+    model, twin, sgd, step, _ = _models_and_step(args, hvd.size(), True)
     opt = hvd.DistributedOptimizer(sgd(model), named_parameters=model.named_parameters())
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     twin_opt = sgd(twin)
@@ -313,7 +314,7 @@ def worker_ddp(args):
     rank, size = dist.get_rank(), dist.get_world_size()
     if args.pin:
         _pin(int(os.environ.get("LOCAL_RANK", rank)))
-    net, twin, sgd, train = _models_and_step(args, size, args.paired)
+    net, twin, sgd, train, _ = _models_and_step(args, size, args.paired)
     model = DDP(net)
     opt = sgd(model)
 

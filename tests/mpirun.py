@@ -135,6 +135,10 @@ def dump_stacks(marker, settle=2.0):
         time.sleep(settle)  # the dumps reach the job's output before it is killed
 
 
+# PRRTE's words when its PMIx server's listener thread does not start (launch retries).
+_LAUNCHER_FAILED = "listener thread failed to start"
+
+
 def launch(np_, script_path, args=(), timeout=180, env=None, cluster=None, mpi_args=()):
     """Runs `python script args` on np_ ranks; returns CompletedProcess (killed on timeout).
     `cluster`: a started LocalCluster to run on (its hosts, its links; with
@@ -153,10 +157,6 @@ def launch(np_, script_path, args=(), timeout=180, env=None, cluster=None, mpi_a
               file=sys.stderr)
         done = _launch_once(cmd, np_, script_path, timeout, env, cluster)
     return done
-
-
-# PRRTE's words when its PMIx server's listener thread does not start.
-_LAUNCHER_FAILED = "listener thread failed to start"
 
 
 def _launch_once(cmd, np_, script_path, timeout, env, cluster):

@@ -87,7 +87,6 @@ def test_training_benchmarks_run_and_read_the_engine(script, args, needs, tmp_pa
     assert float(rows["horovodlite"][6]) > 0, rows["horovodlite"]  # rounds/step, from the engine
 
 
-
 def _step_phases(args, overlap):
     """benchmarks/step_phases.py on 2 ranks, tiny; its table's rows as lists of cells."""
     cmd = [mpirun_path(), "--oversubscribe", "--bind-to", "none", "-np", "2", sys.executable,

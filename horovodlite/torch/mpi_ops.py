@@ -47,9 +47,14 @@ def _differentiable(tensor, what):
     return tensor.requires_grad and torch.is_grad_enabled()
 
 
+def _full_name(kind, name):
+    """The name a named op of this kind negotiates under."""
+    return f"{kind}.{name}"
+
+
 def _op_name(kind, name, process_set):
     """Unnamed ops count per kind and process set (horovodlite.handles.auto_name)."""
-    return auto_name(kind, None, process_set) if name is None else named(f"{kind}.{name}")
+    return auto_name(kind, None, process_set) if name is None else named(_full_name(kind, name))
 
 
 def _sub_name(name, suffix):

@@ -18,7 +18,7 @@ from ..handles import named, synchronize as _wait
 from ..ops import predivide_scales, resolve_op
 from ..process_sets import _set_id, global_process_set
 from .compression import Compression
-from .mpi_ops import _allreduce_submit, _op_name, allreduce
+from .mpi_ops import _allreduce_submit, _full_name, allreduce
 from .sparse import SparseAllreduceHandle, sparse_allreduce_async
 
 # Messages and warnings open with Horovod's own sentence (scripts and tests match it);
@@ -63,7 +63,7 @@ class _DistributedOptimizer:
         # Per parameter, by its index in _requires_update (the hook knows its index, so
         # the hot path indexes lists instead of hashing tensors: Tensor.__hash__ is a
         # Python call, and a gradient took eight of them): the allreduce's name.
-        self._op_names = [f"allreduce.{self._names[p]}" for p in self._requires_update]
+        self._op_names = [_full_name("allreduce", self._names[p]) for p in self._requires_update]
         self._handles = {}      # param -> (handle or None, compression ctx, grad tensor)
         self._group_ready = {}  # group index -> params whose gradient is final
         self._sparse_seen = set()  # params whose gradient has been sparse
@@ -209,9 +209,10 @@ class _DistributedOptimizer:
 
     def _note_held(self, p, i):
         """A held gradient is final: note it; the end of this backward pass submits all
-        that were noted (torch's end-of-backward callback, as DDP's reducer uses). Submitting in each hook cost 45-57 us a gradient against 7 us
-        in one loop: a hook runs between backward's kernels, which have just evicted the
-        submission's code and data from the caches. The engine would not start held
+        that were noted (torch's end-of-backward callback, as DDP's reducer uses).
+        Submitting in each hook cost 45-57 us a gradient against 7 us in one loop: a
+        hook runs between backward's kernels, which have just evicted the submission's
+        code and data from the caches. The engine would not start held
         gradients before step() anyway, and they still reach its queue before backward()
         returns, so a peer that waits for them while this rank is blocked in something
         else still gets them (the queue's 2 s bound)."""
@@ -243,8 +244,8 @@ class _DistributedOptimizer:
         if len(ready) == len(self._groups[g]):
             members = self._groups[g]
             base = f"allreduce.group.{g}"
-            for i, q in enumerate(members):
-                self._handles[q] = self._submit(q, f"{base}.{i}", base, len(members))
+            for k, q in enumerate(members):
+                self._handles[q] = self._submit(q, f"{base}.{k}", base, len(members))
 
     def _final_grad(self, p, dense):
         if p.grad is None:
@@ -267,9 +268,8 @@ class _DistributedOptimizer:
         member's); returns (handle, compression ctx, the gradient it writes)."""
         grad = self._final_grad(p, dense=self.sparse_as_dense or bool(group))
         if grad.is_sparse:
-            self._sparse_seen.add(p)
-            name = _op_name("allreduce", self._names[p], self.process_set)
-            return sparse_allreduce_async(grad, name, self.op, self.process_set), None, grad
+            self._sparse_seen.add(p)  # (never in a group: group members go dense)
+            return sparse_allreduce_async(grad, named(name), self.op, self.process_set), None, grad
         compressed, ctx = self._compression.compress(grad)
         pre, post = self._scales
         h = _allreduce_submit(compressed, True, named(name), self.op, pre, post,
