@@ -113,6 +113,7 @@ std::unique_ptr<ShmWindow> ShmWindow::create(Transport& g, size_t bytes_per_rank
   std::unique_ptr<ShmWindow> w(new ShmWindow());
   w->rank_ = g.rank();
   w->size_ = g.size();
+  if (const std::vector<int>* watched = g.watched_ranks()) w->watched_ = *watched;
   w->bytes_per_rank_ = bytes_per_rank;
   w->region_bytes_ = kHeaderBytes + round_up(bytes_per_rank, 4096);
   w->total_bytes_ = w->region_bytes_ * w->size_;
@@ -236,6 +237,11 @@ void ShmWindow::check_peers() {
   // A frozen peer (SIGSTOP) neither exits nor publishes: only the heartbeat can tell.
   PeerHealth& health = PeerHealth::get();
   health.check_pids(pids_);
+  // A failure elsewhere in the set, as every transport wait watches it (watched_wait.h):
+  // in a hierarchical allreduce a host-mate waits here on a rank whose cross-host part
+  // has failed, and that rank may already have left the collective without aborting
+  // this window (it learned of the failure outside it).
+  if (!watched_.empty()) health.check(&watched_);
   PeerHealth::beat();
   // A peer that exited is a failure of the world, not only of this window: say so
   // (naming its rank and host), so every set stops waiting on it.

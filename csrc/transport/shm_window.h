@@ -99,6 +99,10 @@ class ShmWindow {
   std::string failure_;
   std::vector<int> pidfds_;  // per rank, -1 for self or where pidfd_open is unavailable
   std::vector<int> pids_;
+  // World ranks whose failure ends this window's waits: the group's watched ranks
+  // (transport.h), so a window carved out of a process set that spans hosts stops when
+  // a rank of another host fails, as the set's transports do. Empty: the pids only.
+  std::vector<int> watched_;
 };
 
 }  // namespace hvdl
