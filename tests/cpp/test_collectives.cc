@@ -196,6 +196,21 @@ void test_output_pool() {
   CHECK(z != nullptr, "zero-byte output must still be a valid pointer");
   pool.trim();
   CHECK(pool.cached_bytes() == 0, "trim left %zu", pool.cached_bytes());
+  // From 4 MiB a block is whole 2 MiB pages, aligned to them (huge pages where lent).
+  pool.set_limit(16u << 20);
+  void* big;
+  {
+    auto g = pool.allocate((5u << 20) + 1);
+    big = g.get();
+    CHECK(reinterpret_cast<uintptr_t>(big) % (2u << 20) == 0, "large block not 2 MiB aligned");
+  }
+  CHECK(pool.cached_bytes() == (6u << 20), "large block cached as %zu", pool.cached_bytes());
+  {
+    auto h = pool.allocate(6u << 20);  // the same number of 2 MiB pages: reused
+    CHECK(h.get() == big, "large block not reused");
+  }
+  pool.trim();
+  pool.set_limit(4u << 20);
 }
 
 }  // namespace
