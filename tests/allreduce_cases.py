@@ -360,7 +360,8 @@ def run_repeated(hvd, process_set=None, repeats=3, unnamed=False):
     the same calls without names (each a new name the cache never answers). Every op x
     dtype, out of place and in place, postscale and prescale (which never rides), and
     one tensor above the rider limit. Returns the set's rider count, and how many of its
-    rounds a blocked caller ran itself, with the results."""
+    rounds a blocked caller ran itself (of them, how many the large tensor's), with the
+    results."""
     from horovodlite._loader import _core
     ps = process_set or hvd.global_process_set
     if not ps.included():
@@ -371,9 +372,12 @@ def run_repeated(hvd, process_set=None, repeats=3, unnamed=False):
     before = _core.stats(ps.process_set_id)
     cases = [(dt, opname, shape) for dt in DTYPES for opname in OPS
              for shape in ((), (17, 17), (n * 1031 + 1,))]
-    cases += [("float32", "Sum", (200000,))]  # 800000 bytes: above the default limits
+    large = (200000,)  # 800000 bytes: above the riders' limit, within a lone caller's on one host
+    cases += [("float32", "Sum", large)]
+    large_caller_rounds = 0
     for rep in range(repeats):
         for dt, opname, shape in cases:
+            at_start = _core.stats(ps.process_set_id)["caller_rounds"]
             key = f"rep/{dt}/{opname}/{shape}"
             data = f"{key}#{rep}"  # same name (cached), other data each time
             op = OPS[opname]
@@ -383,6 +387,8 @@ def run_repeated(hvd, process_set=None, repeats=3, unnamed=False):
             y = make_input(dt, shape, op, r, n, data + "/in")
             hvd.allreduce_(y, op=op, name=None if unnamed else key + "/in", **kw)
             ck.check(f"{data}/in", y, reference(all_inputs(dt, shape, op, n, data + "/in"), op))
+            if shape == large:
+                large_caller_rounds += _core.stats(ps.process_set_id)["caller_rounds"] - at_start
         for dt in ("float32", "int32"):
             for pre, post in ((1.0, 3.0), (0.5, 1.0)):
                 key = f"rep/scaled/{dt}/{pre}/{post}"
@@ -395,6 +401,7 @@ def run_repeated(hvd, process_set=None, repeats=3, unnamed=False):
     res = ck.result()
     res["rider_groups"] = after["rider_groups"] - before["rider_groups"]
     res["caller_rounds"] = after["caller_rounds"] - before["caller_rounds"]
+    res["large_caller_rounds"] = large_caller_rounds
     res["rounds"] = after["rounds"] - before["rounds"]
     res["rings_sent"] = after["rings_sent"] - before["rings_sent"]
     return res

@@ -174,9 +174,9 @@ def _repeated_in_whole_and_pair(env, unnamed=False):
 
 @pytest.mark.parametrize("limit", ["auto", "0"])
 def test_blocking_calls_run_their_round_on_the_callers_thread(limit):
-    """A caller blocked on its small host collective runs the round itself (the core's
-    Worker::help) while the set's thread is idle, by default where the set shares a
-    host; with HOROVODLITE_CALLER_RUNS_BYTES=0 the set's thread runs every round.
+    """A caller blocked on its small host collective (a lone tensor: up to 1 MiB) runs
+    the round itself (the core's Worker::help) while the set's thread is idle, by
+    default where the set shares a host; with HOROVODLITE_CALLER_RUNS_BYTES=0 the set's thread runs every round.
     Either way, on three ranks in the global set and a pair: every result is numpy's
     and bitwise equal across the set's ranks, and the rounds' wake-ups go through the
     shared-memory doorbell, none as an MPI message (rings_sent counts those)."""
@@ -189,6 +189,10 @@ def test_blocking_calls_run_their_round_on_the_callers_thread(limit):
             # Most rounds: the engine's thread may hold the turn at a call's start (then
             # it runs that round), and the calls above the limit are its own.
             assert got["caller_rounds"] > got["rounds"] // 4, (key, got["caller_rounds"], got["rounds"])
+            # A lone tensor of up to 1 MiB on one host is the caller's too (800 KB, four
+            # calls: above the riders' 512 KiB, where the window's pass is short enough
+            # that the hand-off's two switches show).
+            assert got["large_caller_rounds"] >= 1, (key, got["large_caller_rounds"])
 
 
 @pytest.mark.parametrize("env", [RIDERS, {**NO_SHM_VOTE, **RIDERS}], ids=["shm-vote", "mpi-vote"])

@@ -115,11 +115,11 @@ CASES = {
     "CYCLE_TIME": ("3.5", lambda log: tun("cycle_time_ms") == 3.5),
     "RING_SEGMENT_BYTES": ("65536", lambda log: tun("ring_segment_bytes") == 65536),
     # Unset, two ranks of one host take riders of up to 512 KiB through the shared-memory
-    # vote, and a caller runs the round of a lone tensor of that size (of a batch: 64 KiB).
+    # vote, and a caller runs the round of a lone tensor of up to 1 MiB (of a batch: 64 KiB).
     "CACHE_CAPACITY": ("7", lambda log: rep("cache_capacity") == "7"
                        and rep("vote_rider_bytes") == "524288"
                        and rep("caller_runs_bytes") == "65536"
-                       and rep("caller_runs_lone_bytes") == "524288"),
+                       and rep("caller_runs_lone_bytes") == "1048576"),
     # Unset, the set's thread polls ("poll"). Either way two ranks of one host ring each
     # other through the shared-memory doorbell ("shm"; across hosts: "transport", below).
     "WAKEUP": ("auto", lambda log: rep("wakeup") == "futex" and rep("rings") == "shm"),
@@ -135,9 +135,10 @@ CASES = {
     # 512 KiB; through MPI ("transport") they take none unless asked.
     "SHM_NEGOTIATION": ("0", lambda log: rep("negotiation") == "transport"
                         and rep("vote_rider_bytes") == "0"),
-    # A lone tensor's limit for callers follows the riders', but never below 64 KiB.
+    # A lone tensor's limit for callers follows the riders', but never below 64 KiB (on
+    # one host 1 MiB).
     "VOTE_RIDER_BYTES": ("4096", lambda log: rep("vote_rider_bytes") == "4096"
-                         and rep("caller_runs_lone_bytes") == "65536"),
+                         and rep("caller_runs_lone_bytes") == "1048576"),
     # Unset: 64 KiB on one host (two pretend hosts: 0, below); set, it is the limit
     # for a lone tensor too.
     "CALLER_RUNS_BYTES": ("0", lambda log: rep("caller_runs_bytes") == "0"

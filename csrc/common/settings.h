@@ -56,7 +56,8 @@ enum class SettingType { INT, REAL, BOOL, STRING };
     "queued runs the negotiation round and the collective on its own thread while the "    \
     "engine's thread is idle, instead of handing them over and being woken with the "     \
     "result (two context switches per call; 0 = the engine's thread runs every round; "   \
-    "auto: 65536, and a lone tensor up to VOTE_RIDER_BYTES's limit if larger; where the "  \
+    "auto: 65536, and a lone tensor up to VOTE_RIDER_BYTES's limit if larger, on one "    \
+    "host at least 1 MiB; where the "                                                        \
     "vote goes from every rank to every rank across hosts, the riders' limit)")             \
   X(STALL_CHECK_TIME_SECONDS, REAL, "60", false,                                             \
     "warn (rank 0) about tensors some ranks have not submitted")                             \

@@ -186,6 +186,7 @@ class Worker {
   bool one_host_ = false;  // every member of the set on this host
   static constexpr std::chrono::microseconds kHelpWait{200};
   static constexpr long long kAutoCallerRunsBytes = 64 << 10;  // CALLER_RUNS_BYTES's auto
+  static constexpr size_t kAutoLoneOneHostBytes = 1 << 20;      // and a lone tensor's, one host
   size_t caller_runs_bytes_ = 0;  // help()'s limit (CALLER_RUNS_BYTES; 0: never)
   size_t lone_caller_bytes_ = 0;  // and for a lone fresh tensor (>= caller_runs_bytes_)
   uint64_t round_ = 1;
