@@ -2,6 +2,8 @@
 examples/pytorch_synthetic_benchmark.py at 2 ranks, one torch thread per rank, with
 
   bound        the same 2 ranks training with no gradient exchange at all
+  idle         the bound with horovodlite initialised beside it (its engine's thread up,
+               nothing submitted): what an idle engine costs the training
   lockstep     the bound plus one MPI barrier per step (before optimizer.step): nothing
                exchanged, but the ranks wait for each other every step, as synchronous
                data-parallel training must. On a machine whose step times vary, that
@@ -63,7 +65,7 @@ import timeit
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-IMPLS = ("bound", "lockstep", "horovodlite", "ddp-gloo", "horovod")
+IMPLS = ("bound", "idle", "lockstep", "horovodlite", "ddp-gloo", "horovod")
 
 
 def _example():
@@ -187,6 +189,10 @@ class _Lockstep(_NoExchange):
 
 def worker_framework(args, impl):
     if impl == "bound":
+        hvd = _NoExchange()
+    elif impl == "idle":
+        import horovodlite.torch
+        horovodlite.torch.init()
         hvd = _NoExchange()
     elif impl == "lockstep":
         hvd = _Lockstep()

@@ -55,7 +55,7 @@ TINY = ["--repeats", "1", "--num-iters", "1", "--num-batches-per-iter", "1",
 
 
 @pytest.mark.parametrize("script, args, needs", [
-    ("torch_training.py", ["--impls", "bound,lockstep,horovodlite"], "torch"),
+    ("torch_training.py", ["--impls", "bound,idle,lockstep,horovodlite"], "torch"),
     ("framework_training.py", ["--framework", "jax"], "jax"),
     ("framework_training.py", ["--framework", "keras"], "tensorflow"),
 ], ids=["torch", "jax", "keras"])
@@ -76,9 +76,12 @@ def test_training_benchmarks_run_and_read_the_engine(script, args, needs, tmp_pa
     rows = {}
     for line in proc.stdout.splitlines():
         cells = re.sub(r"\([^)]*\)", "", line).split()  # the (ranges) out
-        if cells and cells[0] in ("bound", "lockstep", "horovodlite") and len(cells) >= 11:
+        if cells and cells[0] in ("bound", "idle", "lockstep", "horovodlite") and len(cells) >= 11:
             rows[cells[0]] = cells
-    assert set(rows) == {"bound", "lockstep", "horovodlite"}, proc.stdout[-3000:]
+    want = {"bound", "lockstep", "horovodlite"} | ({"idle"} if "idle" in args[1] else set())
+    assert set(rows) == want, proc.stdout[-3000:]
+    if "idle" in rows:  # trained beside an idle engine
+        assert float(rows["idle"][2]) > 0
     assert float(rows["bound"][2]) == 1.0  # the bound's fraction of itself
     assert float(rows["lockstep"][2]) > 0  # its fraction: it trained ...
     barriers = re.search(r"lockstep .* barriers_per_step (\S+)", proc.stdout)
