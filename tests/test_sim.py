@@ -27,6 +27,18 @@ def test_flat_ring_shares_no_link_but_takes_more_steps():
     assert sim.predict("hierarchical", c, S) == pytest.approx(S / B, rel=1e-3)
 
 
+def test_hierarchical_charges_the_bytes_the_shared_memory_window_moves():
+    """2 x 2 with a free link: the host's memory alone. Per rank, for S bytes on L = 2
+    ranks of a host, the window's reduce-scatter reads and writes 2.5 S (its peers'
+    halves copied in: S; its own half summed with the staged copy: 1.5 S) and its
+    allgather 2 S (its half published, the other copied out); the cross-host ring's
+    reduce-scatter step reads two quarters and writes one (0.75 S). Two ranks a host:
+    2 x 5.25 S through its memory, one chunk (1 MiB: no pipeline)."""
+    c = sim.Cluster(2, 2, link_rate=1e15, latency=0.0, mem_bw=1e9, mtu=9000)
+    S = 1 * MiB
+    assert sim.predict("hierarchical", c, S) == pytest.approx(2 * 5.25 * S / 1e9, rel=1e-6)
+
+
 def test_tcp_cpu_path_bounds_a_link_faster_than_it():
     """2 x 1 ring: each of its 2 steps sends S/2 and receives S/2 per host. A kernel
     that carries R bytes/s through loopback (a send and a receive each) spends S/(2R)
