@@ -377,7 +377,8 @@ def run_repeated(hvd, process_set=None, repeats=3, unnamed=False):
     large_caller_rounds = 0
     for rep in range(repeats):
         for dt, opname, shape in cases:
-            at_start = _core.stats(ps.process_set_id)["caller_rounds"]
+            if shape == large:
+                at_start = _core.stats(ps.process_set_id)["caller_rounds"]
             key = f"rep/{dt}/{opname}/{shape}"
             data = f"{key}#{rep}"  # same name (cached), other data each time
             op = OPS[opname]

@@ -78,8 +78,8 @@ def test_training_benchmarks_run_and_read_the_engine(script, args, needs, tmp_pa
         cells = re.sub(r"\([^)]*\)", "", line).split()  # the (ranges) out
         if cells and cells[0] in ("bound", "idle", "lockstep", "horovodlite") and len(cells) >= 11:
             rows[cells[0]] = cells
-    want = {"bound", "lockstep", "horovodlite"} | ({"idle"} if "idle" in args[1] else set())
-    assert set(rows) == want, proc.stdout[-3000:]
+    asked = args[args.index("--impls") + 1].split(",") if "--impls" in args else []
+    assert set(rows) == {"bound", "lockstep", "horovodlite", *asked}, proc.stdout[-3000:]
     if "idle" in rows:  # trained beside an idle engine
         assert float(rows["idle"][2]) > 0
     assert float(rows["bound"][2]) == 1.0  # the bound's fraction of itself

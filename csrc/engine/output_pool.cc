@@ -1,7 +1,5 @@
 #include "output_pool.h"
 
-#include <sys/mman.h>
-
 #include <cstdlib>
 #include <new>
 #include <vector>
@@ -15,25 +13,10 @@ namespace {
 // Below this, malloc's own free lists already reuse warm memory.
 constexpr size_t kPooledFrom = 64 << 10;
 
-// From this size a block sits on 2 MiB pages where the kernel lends them
-// (transparent huge pages in "madvise" mode, the default of many distributions), as
-// numpy's own arrays do from 4 MiB: a pass over a 64 MiB output on 4 KiB pages missed
-// the TLB on every page, and the input beside it, numpy's, did not.
-constexpr size_t kHugeFrom = 4u << 20, kHugePage = 2u << 20;
-
-size_t block_capacity(size_t bytes) {
-  const size_t page = bytes < kHugeFrom ? 4096 : kHugePage;
-  return (bytes + page - 1) & ~(page - 1);
-}
-
-void* allocate_block(size_t cap) {  // cap from block_capacity
-  if (cap < kHugeFrom) return std::aligned_alloc(4096, cap);
-  void* p = std::aligned_alloc(kHugePage, cap);
-#ifdef MADV_HUGEPAGE
-  if (p) madvise(p, cap, MADV_HUGEPAGE);  // advice only: failing changes nothing
-#endif
-  return p;
-}
+// From this size a block is whole 2 MiB pages (buffer.h), as numpy's own arrays are
+// from 4 MiB: a pass over a 64 MiB output on 4 KiB pages missed the TLB on every page,
+// and the input beside it, numpy's, did not.
+constexpr size_t kHugeFrom = 4u << 20;
 }  // namespace
 
 // Process-wide: the arrays it hands to Python outlive the engine (shutdown, re-init)
@@ -60,7 +43,7 @@ std::shared_ptr<void> OutputPool::allocate(size_t bytes) {
     if (!p) throw std::bad_alloc();
     return std::shared_ptr<void>(p, std::free);
   }
-  const size_t cap = block_capacity(bytes);
+  const size_t cap = host_block_bytes(bytes, kHugeFrom);
   void* p = nullptr;
   size_t got = cap;
   {
@@ -75,7 +58,7 @@ std::shared_ptr<void> OutputPool::allocate(size_t bytes) {
     }
   }
   if (!p) {
-    p = allocate_block(cap);
+    p = allocate_host_block(cap);
     if (!p) throw std::bad_alloc();
   }
   return std::shared_ptr<void>(p, [this, got](void* q) { give_back(q, got); });
