@@ -27,10 +27,12 @@ def repeated(hvd, ps, tag, bad, digests, unnamed=False):
     """Allreduces called again by the same names (the response cache answers), one at
     a time: on a set across hosts the small ones' data rides with the vote. `unnamed`:
     the same calls without names (never cached: each is answered in the vote, its data
-    riding along). Each result's digest goes into `digests`. Returns how many rode, and
-    how many of those were folded on the way (the hosts' vote: hosts_vote.h)."""
+    riding along). Each result's digest goes into `digests`. Returns how many rode, how
+    many of those were folded on the way (the hosts' vote: hosts_vote.h), and how many
+    were split (one block to each rank: one rank per host, 3 or more)."""
     n, r = ps.size(), ps.rank()
-    counts = lambda: [_core.stats(ps.process_set_id)[k] for k in ("rider_groups", "folded_riders")]
+    counts = lambda: [_core.stats(ps.process_set_id)[k] for k in ("rider_groups", "folded_riders",
+                                                                      "split_riders")]
     before = counts()
     for rep in range(3):
         for dt in ("float32", "int64", "float16"):
@@ -153,10 +155,12 @@ def main(hvd):
             got = hvd.synchronize(h)
             seen[f"{path}.fused.{i}"] = digest(got)
         if path == "hierarchical":
-            info["riders"], info["folded"] = repeated(hvd, hvd.global_process_set, path, bad, seen)
-            info["unnamed_riders"], info["unnamed_folded"] = repeated(
+            info["riders"], info["folded"], info["split"] = repeated(
+                hvd, hvd.global_process_set, path, bad, seen)
+            info["unnamed_riders"], info["unnamed_folded"], info["unnamed_split"] = repeated(
                 hvd, hvd.global_process_set, path, bad, seen, unnamed=True)
             info["vote_rider_bytes"] = int(_core.engine_report(0)["vote_rider_bytes"])
+            info["vote_split_rider_bytes"] = int(_core.engine_report(0)["vote_split_rider_bytes"])
             info["caller_runs_bytes"] = int(_core.engine_report(0)["caller_runs_bytes"])
             info["caller_runs_lone_bytes"] = int(_core.engine_report(0)["caller_runs_lone_bytes"])
             info["negotiation"] = _core.engine_report(0)["negotiation"]
@@ -181,7 +185,7 @@ def main(hvd):
         if r in ps.ranks:
             run_all(hvd, ps, f"span{ps.ranks}", bad)
             digests = info[f"digests{ps.ranks}"] = {}
-            info[f"riders{ps.ranks}"], info[f"folded{ps.ranks}"] = repeated(
+            info[f"riders{ps.ranks}"], info[f"folded{ps.ranks}"], info[f"split{ps.ranks}"] = repeated(
                 hvd, ps, f"span{ps.ranks}", bad, digests)
             info[f"negotiation{ps.ranks}"] = _core.engine_report(ps.process_set_id)["negotiation"]
     hvd.barrier()
@@ -249,12 +253,13 @@ def test_blocked_callers_run_their_small_rounds(job):
     """CALLER_RUNS_BYTES auto across hosts: 64 KiB where the vote goes through the
     hosts' leaders (a lone tensor also up to the riders' limit); with one rank per host
     (the vote from every rank to every rank) the riders' limit, since there only a
-    rider's round measured faster run by the caller."""
+    rider's round measured faster run by the caller (a lone tensor up to the split
+    riders' limit where that is larger)."""
     hosts, slots, _, results = job
     for r, res in enumerate(results):
         info = res["info"]
-        rider = info["vote_rider_bytes"]
-        want = (65536, max(65536, rider)) if slots > 1 else (rider, rider)
+        rider, split = info["vote_rider_bytes"], info["vote_split_rider_bytes"]
+        want = (65536, max(65536, rider)) if slots > 1 else (rider, max(rider, split))
         assert (info["caller_runs_bytes"], info["caller_runs_lone_bytes"]) == want, (r, info)
 
 
@@ -272,7 +277,9 @@ def test_small_cached_allreduces_ride_with_the_vote_in_every_set(job):
     checked with the rest (test_every_collective...). VOTE_RIDER_BYTES auto: 64 KiB
     where a rank sends one copy of its rider (two ranks; two hosts through their
     leaders, who send one folded rider each), 32 KiB / copies for more: N - 1 from every
-    rank, or H - 1 from each leader."""
+    rank, or H - 1 from each leader. With one rank per host on three hosts or more a
+    larger one (up to 64 KiB) rides split, a block to each rank, in the global set; not
+    in a set of two, nor through the leaders."""
     hosts, slots, _, results = job
     n = hosts * slots
     spans = spans_of(n)
@@ -283,9 +290,16 @@ def test_small_cached_allreduces_ride_with_the_vote_in_every_set(job):
         assert info["vote_rider_bytes"] == want, f"rank {r}: riders up to {info['vote_rider_bytes']}"
         assert info["riders"] > 0, f"rank {r}: no allreduce rode with the vote in the set of {n}"
         assert info["unnamed_riders"] > 0, f"rank {r}: no unnamed allreduce rode in the set of {n}"
+        splits = slots == 1 and n >= 3
+        assert info["vote_split_rider_bytes"] == (65536 if splits else 0), (r, info)
+        for key in ("split", "unnamed_split"):
+            assert (info[key] > 0) == splits, (r, key, info[key])
+            assert info[key] < info[key.replace("split", "riders")], (r, key)
         for ranks in spans:
             if r in ranks:
                 assert info[f"riders{ranks}"] > 0, f"rank {r}: none rode in the set {ranks}"
+                # Two ranks, or ranks sharing a host: never split.
+                assert info[f"split{ranks}"] == 0, (r, ranks, info[f"split{ranks}"])
 
 
 def test_riders_fold_on_their_way_through_the_hosts_leaders(job):

@@ -46,6 +46,11 @@ enum class SettingType { INT, REAL, BOOL, STRING };
     "of its rider (two ranks; two hosts through their leaders, HOSTS_VOTE) and 32768 / "    \
     "copies for more (ranks - 1, or through the leaders hosts - 1); over MPI on one host "  \
     "auto is 0")                                                                            \
+  X(VOTE_SPLIT_RIDER_BYTES, INT, "auto", false,                                              \
+    "across 3-8 hosts of one rank each, a lone cached host allreduce larger than "          \
+    "VOTE_RIDER_BYTES's limit and at most this many bytes travels with the vote split: "   \
+    "each rank gets only its block, reduces it and sends it to every rank, two exchanges "  \
+    "at the ring's bytes (0 = off; auto: 65536)")                                           \
   X(HOSTS_VOTE, BOOL, "1", false,                                                            \
     "where a set spans hosts and some host runs several of its ranks, the vote (with its "  \
     "rider) goes through shared memory inside each host and one message between each pair " \
@@ -56,8 +61,8 @@ enum class SettingType { INT, REAL, BOOL, STRING };
     "queued runs the negotiation round and the collective on its own thread while the "    \
     "engine's thread is idle, instead of handing them over and being woken with the "     \
     "result (two context switches per call; 0 = the engine's thread runs every round; "   \
-    "auto: 65536, and a lone tensor up to VOTE_RIDER_BYTES's limit if larger, on one "    \
-    "host at least 1 MiB; where the "                                                        \
+    "auto: 65536, and a lone tensor up to VOTE_RIDER_BYTES's (or VOTE_SPLIT_RIDER_BYTES's) " \
+    "limit if larger, on one host at least 1 MiB; where the "                               \
     "vote goes from every rank to every rank across hosts, the riders' limit)")             \
   X(STALL_CHECK_TIME_SECONDS, REAL, "60", false,                                             \
     "warn (rank 0) about tensors some ranks have not submitted")                             \

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "../collectives/partition.h"
 #include "../common/logging.h"
 #include "timeline.h"
 
@@ -206,11 +207,19 @@ RoundResult Controller::round(std::vector<Request> fresh, bool want_shutdown, Ti
   return res;
 }
 
-void Controller::set_vote(std::unique_ptr<VoteExchange> x, size_t rider_max, RiderFor rider_for) {
+void Controller::set_vote(std::unique_ptr<VoteExchange> x, size_t rider_max, RiderFor rider_for,
+                          size_t split_max) {
   exchange_ = std::move(x);
   rider_for_ = exchange_ && rider_max > 0 ? std::move(rider_for) : RiderFor{};
   rider_max_ = rider_for_ ? rider_max : 0;
-  if (exchange_ && exchange_->capacity() < message_bytes(rider_max_))
+  const int n = t_.size();
+  split_max_ = rider_for_ && n >= 2 && split_max > rider_max_ &&
+                       exchange_->outbox_to(t_.rank() == 0 ? 1 : 0)
+                   ? split_max
+                   : 0;
+  split_bytes_.assign(n, 0);
+  if (exchange_ && exchange_->capacity() <
+                       message_bytes(std::max(rider_max_, split_block_bytes(split_max_, n))))
     throw std::logic_error("horovodlite: the vote's exchange is smaller than its messages");
   peer_inputs_.assign(t_.size(), nullptr);
 }
@@ -269,30 +278,54 @@ uint64_t Controller::exchange_vote(std::vector<uint64_t>& vote, const std::strin
   if (rider_for_ && pending_cached_.size() == 1 && unsent_.empty()) {
     const uint32_t bit = pending_cached_.begin()->first;
     r = rider_for_(cache_.response(bit));
-    if (r.data && r.bytes <= rider_max_) mine[0] = uint64_t(bit) + 1, mine[1] = r.bytes;
+    if (r.data && r.bytes <= std::max(rider_max_, split_max_)) mine[0] = uint64_t(bit) + 1, mine[1] = r.bytes;
   } else if (rider_for_ && lone && pending_cached_.empty()) {
     r = rider_for_(*lone);
-    if (r.data && r.bytes <= rider_max_) mine[0] = kUncachedRider, mine[1] = r.bytes;
+    if (r.data && r.bytes <= std::max(rider_max_, split_max_)) mine[0] = kUncachedRider, mine[1] = r.bytes;
   }
+  // Split: peer p gets block p of it (partition.h), this rank keeps its own.
+  const bool split = mine[0] && r.bytes > rider_max_;
+  const size_t es = dtype_size(r.dt), count = split ? r.bytes / es : 0;
+  if (split) mine[1] = block_count(count, n, me) * es | kSplitRider;
+  const size_t rider_room = split ? block_count(count, n, 0) * es : r.bytes;  // block 0: the largest
   char* out = exchange_->outbox();
   const size_t vote_bytes = pack_vote(vote, out) * sizeof(uint64_t);
   const size_t head = vote_bytes + sizeof mine;
-  if (head + mine[1] + requests.size() <= exchange_->capacity()) mine[2] = requests.size() + 1;
+  if (head + rider_room + requests.size() <= exchange_->capacity()) mine[2] = requests.size() + 1;
+  const size_t own_rider = mine[1] & ~kSplitRider;
   std::memcpy(out + vote_bytes, mine, sizeof mine);
-  if (mine[0]) std::memcpy(out + head, r.data, r.bytes);
-  if (mine[2] > 1) std::memcpy(out + head + mine[1], requests.data(), mine[2] - 1);
+  if (mine[0]) std::memcpy(out + head, static_cast<const char*>(r.data) + (split ? block_offset(count, n, me) * es : 0), own_rider);
+  if (mine[2] > 1) std::memcpy(out + head + own_rider, requests.data(), mine[2] - 1);
+  const size_t tail = mine[2] ? mine[2] - 1 : 0;
+  if (split) {
+    for (int p = 0; p < n; ++p) {
+      if (p == me) {
+        split_bytes_[p] = head + own_rider + tail;
+        continue;
+      }
+      char* to = exchange_->outbox_to(p);
+      const size_t block = block_count(count, n, p) * es;
+      const uint64_t theirs[3] = {mine[0], block | kSplitRider, mine[2]};
+      std::memcpy(to, out, vote_bytes);
+      std::memcpy(to + vote_bytes, theirs, sizeof theirs);
+      std::memcpy(to + head, static_cast<const char*>(r.data) + block_offset(count, n, p) * es, block);
+      if (tail) std::memcpy(to + head + block, requests.data(), tail);
+      split_bytes_[p] = head + block + tail;
+    }
+  }
   RiderFold fold;
   fold.find = &Controller::find_rider;
   fold.tag = mine[0];
   fold.dt = r.dt;
   fold.op = r.op;
   exchange_->fold_riders(&fold);
-  exchange_->exchange(head + mine[1] + (mine[2] ? mine[2] - 1 : 0));
+  if (split) exchange_->exchange_each(split_bytes_.data());
+  else exchange_->exchange(head + own_rider + tail);
   bool same = mine[0] != 0, all_requests = mine[2] != 0;
   // Views into the messages (this rank's own through its inbox): read before this
   // rank's next exchange.
   voted_requests_.assign(n, std::string_view());
-  if (mine[2]) voted_requests_[me] = std::string_view(exchange_->inbox(me) + head + mine[1], mine[2] - 1);
+  if (mine[2]) voted_requests_[me] = std::string_view(exchange_->inbox(me) + head + own_rider, mine[2] - 1);
   for (int p = 0; p < n; ++p) {
     if (p == me) continue;
     const char* msg = exchange_->inbox(p);
@@ -306,18 +339,22 @@ uint64_t Controller::exchange_vote(std::vector<uint64_t>& vote, const std::strin
                                std::to_string(rider_head()) + ")");
     uint64_t theirs[3];
     std::memcpy(theirs, msg + words * sizeof(uint64_t), sizeof theirs);
-    if (len != their_head + theirs[1] + (theirs[2] ? theirs[2] - 1 : 0))
+    const size_t their_rider = theirs[1] & ~kSplitRider;
+    if (len != their_head + their_rider + (theirs[2] ? theirs[2] - 1 : 0))
       throw std::runtime_error("horovodlite: the negotiation message from rank " + std::to_string(p) +
                                " has " + std::to_string(len) + " bytes, not the " +
-                               std::to_string(their_head) + " + " + std::to_string(theirs[1]) + " + " +
+                               std::to_string(their_head) + " + " + std::to_string(their_rider) + " + " +
                                std::to_string(theirs[2] ? theirs[2] - 1 : 0) + " its header names");
+    // A split rider: the block for this rank of the same tensor (its bytes, as this
+    // rank's own header says).
     same = same && mine[0] == theirs[0] && mine[1] == theirs[1];
     all_requests = all_requests && theirs[2] != 0;
-    if (theirs[2]) voted_requests_[p] = std::string_view(msg + their_head + theirs[1], theirs[2] - 1);
+    if (theirs[2]) voted_requests_[p] = std::string_view(msg + their_head + their_rider, theirs[2] - 1);
     peer_inputs_[p] = msg + their_head;
   }
   if (!all_requests) voted_requests_.clear();
-  folded_ = same ? exchange_->folded_riders() : nullptr;
+  split_ = same && split;
+  folded_ = same && !split ? exchange_->folded_riders() : nullptr;
   // A rider folded away on its way, and no fold of them all: none can run.
   if (same && !folded_ && !exchange_->riders_intact()) same = false;
   return same ? mine[0] : 0;
@@ -331,7 +368,7 @@ RiderSpan Controller::find_rider(const char* msg, size_t len) {
   uint64_t h[3];
   if (head + sizeof h > len) return {};
   std::memcpy(h, msg + head, sizeof h);
-  return {h[0], head + sizeof h, static_cast<size_t>(h[1])};
+  return {h[0], head + sizeof h, static_cast<size_t>(h[1] & ~kSplitRider)};
 }
 
 // Every rank's requests are the same bytes, apart from sender and age. With this rank's

@@ -58,6 +58,10 @@ struct RoundResult {
   // With peer_inputs: every rank's input already folded on the way (the hosts' vote
   // does, vote_exchange.h), before any scale; use it instead of peer_inputs. Else null.
   const void* folded_inputs = nullptr;
+  // With peer_inputs: the rider was split (Controller::set_vote's split_max): each
+  // peer_inputs[p] is only block `rank` (partition.h, in elements) of rank p's input,
+  // and the round still sends this rank's reduced block to every peer.
+  bool split_inputs = false;
 };
 
 // The input a cached response's tensor would send with the vote, or {} when it may
@@ -94,9 +98,22 @@ class Controller {
   // round, on every rank alike. The AND-allreduce takes log N steps where an exchange
   // is N-1 messages per rank, so over a transport only for a few ranks.
   using RiderFor = std::function<Rider(const Response& cached)>;
-  void set_vote(std::unique_ptr<VoteExchange> x, size_t rider_max = 0, RiderFor rider_for = {});
+  // A rider larger than rider_max, up to split_max bytes, is split where `x` sends each
+  // peer a message of its own (VoteExchange::outbox_to): peer p gets only block p of
+  // it, so the vote is the reduce-scatter of a direct allreduce (every rank sends
+  // (N-1)/N of it, as the ring's reduce-scatter does, in one exchange instead of
+  // N-1 steps) and its allgather follows (Worker::execute).
+  void set_vote(std::unique_ptr<VoteExchange> x, size_t rider_max = 0, RiderFor rider_for = {},
+                size_t split_max = 0);
   // The largest rider a vote carries; 0 when votes carry none (riders off).
   size_t rider_bytes() const { return rider_for_ ? rider_max_ : 0; }
+  // The largest split rider (0: none).
+  size_t split_rider_bytes() const { return split_max_; }
+  // The bytes of the largest block of a split rider of `split_max` bytes on n ranks,
+  // whatever its element size (a vote message's room for it).
+  static size_t split_block_bytes(size_t split_max, int n) {
+    return split_max ? split_max / n + sizeof(uint64_t) : 0;
+  }
   // After a response ran: cache it (identically on every rank).
   void executed(const Response& r, const Request* local);
   // When this rank needs a round for its own timers (stall checks, cached requests
@@ -124,6 +141,7 @@ class Controller {
   // The round runs the lone tensor whose inputs rode with the vote.
   void hand_riders(RoundResult& res) const {
     res.peer_inputs = peer_inputs_.data();
+    res.split_inputs = split_;
     res.folded_inputs = folded_;
   }
   // The most bytes of a vote message before its rider: the packed words (pack_vote),
@@ -139,6 +157,8 @@ class Controller {
   // words they took, or 0 if they do not fit.
   size_t and_packed_vote(const char* msg, size_t avail, std::vector<uint64_t>& vote) const;
   static constexpr uint64_t kUncachedRider = ~uint64_t(0);
+  // Set in a vote header's rider bytes where the rider is split (its block's bytes).
+  static constexpr uint64_t kSplitRider = uint64_t(1) << 63;
   static constexpr size_t kRequestRoom = 4 << 10;
   // Step 3's gather of every rank's requests to rank 0 and the broadcast of its answer:
   // through exchange_ where it carries them and this round's vote left no rider to
@@ -173,6 +193,9 @@ class Controller {
   std::unique_ptr<VoteExchange> exchange_;  // null: the transport's AND-allreduce
   RiderFor rider_for_;  // empty: no riders
   size_t rider_max_ = 0;
+  size_t split_max_ = 0;  // 0: riders are never split
+  bool split_ = false;    // the last exchange's riders were split (and every rank's alike)
+  std::vector<size_t> split_bytes_;  // exchange_each()'s message bytes, by rank
   // Where each peer's rider lies after the last exchange (this rank's entry null).
   std::vector<const void*> peer_inputs_;
   const void* folded_ = nullptr;  // and all of them folded on the way (or null)

@@ -257,6 +257,7 @@ std::map<std::string, uint64_t> Engine::stats(int id) {
           {"execute_ns", s.execute_ns}, {"ring_wakes", s.ring_wakes},
           {"ring_to_round_ns", s.ring_to_round_ns}, {"rider_groups", s.rider_groups},
           {"folded_riders", s.folded_riders},
+          {"split_riders", s.split_riders},
           {"caller_rounds", s.caller_rounds}, {"turn_wait_ns", s.turn_wait_ns},
           {"rings_sent", rings.sent}, {"rings_saved", rings.saved}};
 }

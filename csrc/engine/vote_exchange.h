@@ -49,6 +49,14 @@ class VoteExchange {
   // valid until this rank's next exchange() (the peers cannot overwrite it before).
   virtual const char* inbox(int p) const = 0;
   virtual size_t length(int p) const = 0;
+  // Where this rank writes the message for peer p alone (capacity() bytes of room), for
+  // exchange_each(); null where every peer gets the outbox (shared memory: one
+  // message that all read).
+  virtual char* outbox_to(int p) { (void)p; return nullptr; }
+  // exchange() with each peer p sent bytes[p] of outbox_to(p) instead of the outbox,
+  // whose bytes[rank] bytes stay this rank's own message (inbox(rank)). Only where
+  // outbox_to() is not null.
+  virtual void exchange_each(const size_t* bytes) { (void)bytes; }
   // Whether the coordinator's answer (and the requests that did not fit the vote)
   // should go through exchange() too: where one costs no more than a gather or a
   // broadcast (shared memory), not where it sends to every peer.

@@ -13,6 +13,7 @@
 #include "fusion_planner.h"
 #include "hosts_vote.h"
 #include "ops/op_util.h"
+#include "../collectives/partition.h"
 #include "../collectives/ring_allreduce.h"
 #include "../collectives/shm_allreduce.h"
 
@@ -118,7 +119,7 @@ Worker::Worker(std::unique_ptr<Transport> t, EngineParams p, int id, EngineState
   lone_caller_bytes_ =
       set != kUnset || !caller_runs_bytes_
           ? caller_runs_bytes_
-          : std::max({caller_runs_bytes_, controller_.rider_bytes(),
+          : std::max({caller_runs_bytes_, controller_.rider_bytes(), controller_.split_rider_bytes(),
                       one_host_ ? kAutoLoneOneHostBytes : size_t(0)});
   shown_.fusion_threshold = p.fusion_threshold;
   shown_.cycle_time_ms = p.cycle_time_ms;
@@ -187,11 +188,28 @@ void Worker::setup_vote(const std::vector<int>& host_of_member) {
     if (hosts_wanted)
       x = HostsVote::create(*transport_, host_of_member, controller_.message_bytes(rider_max));
     hosts_vote_ = x != nullptr;
+    size_t split_max = 0;
     if (!x) {  // null on every rank alike: every rank then sends to every rank
       rider_max = riders_for(n - 1);
-      x = make_transport_vote_exchange(*transport_, controller_.message_bytes(rider_max));
+      // Three or more ranks, each its host's only one: a larger lone tensor is split
+      // with the vote (controller.h), so its call is two exchanges that each move
+      // (N-1)/N of it, at the ring's bytes; the vote and the ring were 1 + 2(N-1)
+      // steps. 3x1 simulated hosts, alternating launches (latency_pieces.py), us per
+      // call: at 1 Gbit/s 24 KiB 512-644 -> 362-607, 32 KiB 611-757 -> 467-679, 48 KiB
+      // 644-799 -> 571-674, 64 KiB (the link's rate either way) 720-805 -> 709-836;
+      // at 10 Gbit/s 24-64 KiB 8-20 % faster (24 KiB 506-542 -> 414-424), but 256 KiB
+      // 679-978 -> 1361-1575, so 64 KiB. Below the whole riders' limit (16 KiB on
+      // three) a whole rider stays: 16 KiB split measured 0.62x MPI_Allreduce's speed
+      // against 0.85x whole.
+      if (n >= 3 && !shared_hosts)
+        split_max = static_cast<size_t>(std::clamp<long long>(
+            params_.settings.integer_or(Setting::VOTE_SPLIT_RIDER_BYTES, kAutoSplitRiderBytes), 0,
+            static_cast<long long>(kPairExchangeMaxBytes)));
+      x = make_transport_vote_exchange(
+          *transport_, controller_.message_bytes(std::max(
+                           rider_max, Controller::split_block_bytes(split_max, n))));
     }
-    controller_.set_vote(std::move(x), rider_max, riders);
+    controller_.set_vote(std::move(x), rider_max, riders, split_max);
   }
 }
 
@@ -223,6 +241,7 @@ std::map<std::string, std::string> Worker::report() const {
       {"negotiation", shm_vote_ ? "shm" : hosts_vote_ ? "hosts" : "transport"},
       // What the votes really carry (0: no riders), not just what was asked for.
       {"vote_rider_bytes", s(controller_.rider_bytes())},
+      {"vote_split_rider_bytes", s(controller_.split_rider_bytes())},
       {"caller_runs_bytes", s(caller_runs_bytes_)},
       {"caller_runs_lone_bytes", s(lone_caller_bytes_)},
       {"peer_timeout_s", s(p.peer_timeout_s)},
@@ -579,6 +598,30 @@ Rider Worker::rider_for(const Response& r) {
   return {e->input, bytes, r.dtype, ops::effective_reduction(r, transport_->size()).op};
 }
 
+void Worker::run_split_rider(ExecContext& ctx, const void* in, const void* const* theirs, void* out,
+                             size_t count, DataType dt, ReduceOp op, double postscale) {
+  Transport& t = *transport_;
+  const int rank = t.rank(), n = t.size();
+  const size_t es = dtype_size(dt);
+  const size_t at = block_offset(count, n, rank) * es, own = block_count(count, n, rank);
+  const char* in_block = static_cast<const char*>(in) + at;
+  char* out_block = static_cast<char*>(out) + at;
+  // In rank order, as a whole rider folds: the same bits whether a tensor rode whole
+  // or split. In place the fold needs room of its own (it reads the input block).
+  void* acc = in == out ? ctx.scratch.reserve(own * es) : out_block;
+  combine_in_rank_order(ctx.reducer, rank, n, in_block, theirs, acc, out_block, own, dt, op,
+                        postscale);
+  // The allgather: every block but this rank's own is a peer's, and every input block
+  // already went out with the vote, so `out` may be `in`.
+  for (int p = 0; p < n; ++p) {
+    if (p == rank) continue;
+    const size_t bytes = block_count(count, n, p) * es;
+    if (bytes) t.irecv(p, static_cast<char*>(out) + block_offset(count, n, p) * es, bytes);
+    if (own) t.isend(p, out_block, own * es);
+  }
+  t.wait_all();
+}
+
 // Each host's inputs folded in rank order, then the hosts' folds in host order
 // (rider_hosts_), into `out`: the bits of HostsVote's fold on the way.
 void Worker::fold_by_hosts(ExecContext& ctx, const void* in, const void* const* theirs, void* out,
@@ -658,7 +701,10 @@ uint64_t Worker::execute(const RoundResult& round, Timeline* tl, Clock::time_poi
           const TensorEntry& e = *entries[0];
           const size_t count = ops::numel(head.shape), bytes = tensor_bytes(head.shape, head.dtype);
           const int rank = transport_->rank(), n = transport_->size();
-          if (round.folded_inputs) {
+          if (round.split_inputs) {
+            stats_.split_riders++;
+            run_split_rider(ctx, e.input, peer_inputs, e.output, count, head.dtype, rop, post);
+          } else if (round.folded_inputs) {
             // Folded on the way, the same bits on every rank: only the scale is left.
             stats_.folded_riders++;
             if (e.output != round.folded_inputs) std::memcpy(e.output, round.folded_inputs, bytes);

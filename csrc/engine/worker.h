@@ -68,6 +68,7 @@ struct WorkerStats {
   // Allreduces whose data rode with the vote (controller.h): no exchange of their own.
   std::atomic<uint64_t> rider_groups{0};
   std::atomic<uint64_t> folded_riders{0};  // of them, folded on the way (hosts_vote.h)
+  std::atomic<uint64_t> split_riders{0};   // of them, split (one block to each peer)
   // Rounds a blocked caller ran on its own thread (Worker::help).
   std::atomic<uint64_t> caller_rounds{0}, turn_wait_ns{0};  // and their wait for the turn
 };
@@ -140,6 +141,11 @@ class Worker {
   }
   // Runs the round's responses; returns the bytes executed (what the autotuner scores).
   uint64_t execute(const RoundResult& round, Timeline* tl, Clock::time_point agreed);
+  // A split rider's round (controller.h): this rank's block folded in rank order from
+  // every rank's block (peer_inputs), scaled, then sent to every peer while theirs
+  // arrive in `out`.
+  void run_split_rider(ExecContext& ctx, const void* in, const void* const* theirs, void* out,
+                       size_t count, DataType dt, ReduceOp op, double postscale);
   void fold_by_hosts(ExecContext& ctx, const void* in, const void* const* theirs, void* out,
                      size_t count, DataType dt, ReduceOp op);
   void setup_vote(const std::vector<int>& host_of_member);
@@ -174,6 +180,7 @@ class Worker {
   static constexpr long long kAutoRiderBytes = 64 << 10;   // two ranks across hosts
   static constexpr long long kAutoShmRiderBytes = 512 << 10;  // two, shared-memory vote
   static constexpr long long kAutoRiderSends = 32 << 10;   // more: all of a rank's copies
+  static constexpr long long kAutoSplitRiderBytes = 64 << 10;  // split riders, 3-8 hosts
   // The shared-memory vote also carries the round's requests and the coordinator's
   // answer (Controller::gather_requests) when they fit: a step's worth of new names.
   static constexpr size_t kShmVoteMinBytes = 64 << 10;

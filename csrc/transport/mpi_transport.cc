@@ -229,26 +229,13 @@ class MpiTransport : public Transport {
 
   void exchange_with(const std::vector<int>& with, const void* mine, size_t bytes, void* theirs,
                      size_t stride, size_t* lens) override {
-    // Receives first, then sends.
-    const int peers = static_cast<int>(with.size());
-    auto peer = [&with](int i) { return with[i]; };
-    xreqs_.resize(2 * peers);
-    xstatus_.resize(2 * peers);
-    for (int i = 0; i < peers; ++i) {
-      check(MPI_Irecv(static_cast<char*>(theirs) + peer(i) * stride, static_cast<int>(stride),
-                      MPI_BYTE, peer(i), kExchangeTag, ctrl_, &xreqs_[i]),
-            "MPI_Irecv");
-      check(MPI_Isend(mine, static_cast<int>(bytes), MPI_BYTE, peer(i), kExchangeTag, ctrl_,
-                      &xreqs_[peers + i]),
-            "MPI_Isend");
-    }
-    WaitWatch w(&watched_, 0, "negotiation");
-    wait_vote(xreqs_.data(), 2 * peers, w, xstatus_.data());
-    for (int i = 0; i < peers; ++i) {
-      int got = 0;
-      check(MPI_Get_count(&xstatus_[i], MPI_BYTE, &got), "MPI_Get_count");
-      lens[peer(i)] = static_cast<size_t>(got);
-    }
+    exchange(with, [mine](int) { return mine; }, [bytes](int) { return bytes; }, theirs, stride, lens);
+  }
+
+  void exchange_each(const std::vector<int>& with, const void* const* mine, const size_t* bytes,
+                     void* theirs, size_t stride, size_t* lens) override {
+    exchange(with, [mine](int i) { return mine[i]; }, [bytes](int i) { return bytes[i]; }, theirs,
+             stride, lens);
   }
 
   void tend_vote(bool done) override {
@@ -308,6 +295,31 @@ class MpiTransport : public Transport {
   // ring goes out at the first test after it is due, and is dropped if the vote
   // completes first (every peer came). The hold (50 us) ends within the wait's spin
   // and yield phases, which test back to back.
+  // exchange_with()/exchange_each(): peer with[i] gets mine(i) of bytes(i) bytes, in one
+  // message each way (receives first, then sends).
+  template <class Mine, class Bytes>
+  void exchange(const std::vector<int>& with, Mine mine, Bytes bytes, void* theirs, size_t stride,
+                size_t* lens) {
+    const int peers = static_cast<int>(with.size());
+    xreqs_.resize(2 * peers);
+    xstatus_.resize(2 * peers);
+    for (int i = 0; i < peers; ++i) {
+      check(MPI_Irecv(static_cast<char*>(theirs) + with[i] * stride, static_cast<int>(stride),
+                      MPI_BYTE, with[i], kExchangeTag, ctrl_, &xreqs_[i]),
+            "MPI_Irecv");
+      check(MPI_Isend(mine(i), static_cast<int>(bytes(i)), MPI_BYTE, with[i], kExchangeTag, ctrl_,
+                      &xreqs_[peers + i]),
+            "MPI_Isend");
+    }
+    WaitWatch w(&watched_, 0, "negotiation");
+    wait_vote(xreqs_.data(), 2 * peers, w, xstatus_.data());
+    for (int i = 0; i < peers; ++i) {
+      int got = 0;
+      check(MPI_Get_count(&xstatus_[i], MPI_BYTE, &got), "MPI_Get_count");
+      lens[with[i]] = static_cast<size_t>(got);
+    }
+  }
+
   void wait_vote(MPI_Request* reqs, int n, WaitWatch& w, MPI_Status* st) {
     wait_until(
         [&] {

@@ -261,6 +261,10 @@ class TcpTransport : public Transport {
                      size_t stride, size_t* lens) override {
     base_->exchange_with(peers, mine, bytes, theirs, stride, lens);
   }
+  void exchange_each(const std::vector<int>& peers, const void* const* mine, const size_t* bytes,
+                     void* theirs, size_t stride, size_t* lens) override {
+    base_->exchange_each(peers, mine, bytes, theirs, stride, lens);
+  }
   void tend_vote(bool done) override { base_->tend_vote(done); }
   std::unique_ptr<Transport> split(int color, int key) override { return base_->split(color, key); }
   void ring(uint64_t round) override { base_->ring(round); }

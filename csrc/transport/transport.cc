@@ -37,15 +37,19 @@ void Transport::exchange_all(const void* mine, size_t bytes, void* theirs, size_
   }
 }
 
-void Transport::exchange_with(const std::vector<int>& peers, const void* mine, size_t bytes,
-                              void* theirs, size_t stride, size_t* lens) {
-  const uint64_t mine_len = bytes;
-  std::vector<uint64_t> got(peers.size());
+namespace {
+
+// Every peer's length first, then the messages: peers[i] gets mine(i) of bytes(i) bytes.
+template <class Mine, class Bytes>
+void exchange_by_lengths(Transport& t, const std::vector<int>& peers, Mine mine, Bytes bytes,
+                         void* theirs, size_t stride, size_t* lens) {
+  std::vector<uint64_t> got(peers.size()), mine_len(peers.size());
   for (size_t i = 0; i < peers.size(); ++i) {
-    irecv(peers[i], &got[i], sizeof got[i]);
-    isend(peers[i], &mine_len, sizeof mine_len);
+    mine_len[i] = bytes(i);
+    t.irecv(peers[i], &got[i], sizeof got[i]);
+    t.isend(peers[i], &mine_len[i], sizeof mine_len[i]);
   }
-  wait_all();
+  t.wait_all();
   for (size_t i = 0; i < peers.size(); ++i) {
     const int p = peers[i];
     if (got[i] > stride)
@@ -53,10 +57,26 @@ void Transport::exchange_with(const std::vector<int>& peers, const void* mine, s
                                std::to_string(got[i]) + " bytes, more than the " +
                                std::to_string(stride) + " expected");
     lens[p] = static_cast<size_t>(got[i]);
-    irecv(p, static_cast<char*>(theirs) + p * stride, lens[p]);
-    isend(p, mine, bytes);
+    t.irecv(p, static_cast<char*>(theirs) + p * stride, lens[p]);
+    t.isend(p, mine(i), bytes(i));
   }
-  wait_all();
+  t.wait_all();
+}
+
+}  // namespace
+
+void Transport::exchange_with(const std::vector<int>& peers, const void* mine, size_t bytes,
+                              void* theirs, size_t stride, size_t* lens) {
+  exchange_by_lengths(
+      *this, peers, [mine](size_t) { return mine; }, [bytes](size_t) { return bytes; }, theirs,
+      stride, lens);
+}
+
+void Transport::exchange_each(const std::vector<int>& peers, const void* const* mine,
+                              const size_t* bytes, void* theirs, size_t stride, size_t* lens) {
+  exchange_by_lengths(
+      *this, peers, [mine](size_t i) { return mine[i]; }, [bytes](size_t i) { return bytes[i]; },
+      theirs, stride, lens);
 }
 
 }  // namespace hvdl

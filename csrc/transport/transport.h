@@ -51,6 +51,10 @@ class Transport {
   // (a held ring goes out when due, and is dropped when every peer came).
   virtual void exchange_with(const std::vector<int>& peers, const void* mine, size_t bytes,
                              void* theirs, size_t stride, size_t* lens);
+  // exchange_with() where peers[i] gets a message of its own, mine[i] of bytes[i]
+  // bytes: a vote whose rider is cut into one block per rank (engine/controller.h).
+  virtual void exchange_each(const std::vector<int>& peers, const void* const* mine,
+                             const size_t* bytes, void* theirs, size_t stride, size_t* lens);
   // A vote that waits outside this transport (hosts_vote.h's shared-memory steps)
   // calls it while waiting, with `done` false: a held ring (held_ring.h) goes out
   // once due, as in the transport's own waits; and once with `done` true when the
