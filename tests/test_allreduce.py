@@ -345,7 +345,11 @@ def test_the_plain_entry_takes_only_plain_arguments():
     or an int among Average, Sum, Min, Max, Product, scale factors that are floats or
     ints and a set with an int id, and otherwise returns None having done nothing (no
     name taken: the next unnamed call is still allreduce.noname.0), for the general path.
-    Arguments it takes give numpy's result."""
+    Arguments it takes give numpy's result. It also takes large arrays out of place,
+    their output made as the general path makes it (numpy's below 1 MiB, the core's
+    output pool from there: 64-byte aligned, writeable, its block back in the pool once
+    dropped), but not an input in the shared arena (whose output the general path makes
+    shared, keeping the allreduce zero copy)."""
     res = run(2, textwrap.dedent("""
     def main(hvd):
         from horovodlite._loader import _core
@@ -368,7 +372,23 @@ def test_the_plain_entry_takes_only_plain_arguments():
         out = {}
         for label, (op, pre, post, ps) in declined.items():
             out[label] = _core.allreduce_small(x, None, op, pre, post, ps, False)
+        shared = hvd.shared_empty((1 << 18,), np.float32)
+        shared[:] = 1
+        out["shared input"] = _core.allreduce_small(shared, "sh", hvd.Sum, 1.0, 1.0, gs, False)
         out["next name"] = _core.next_auto_name("allreduce", 0)
+        large = {}
+        for count in (100_003, (1 << 18) + 5):  # 400 KB (numpy's output), 1 MiB + 20 B (the pool's)
+            big = np.arange(count, dtype=np.float32) % 1000 + hvd.rank()
+            got = _core.allreduce_small(big, f"big{count}", hvd.Sum, 1.0, 1.0, gs, False)
+            want = (np.arange(count, dtype=np.float32) % 1000) * 2 + 1
+            addr = got.ctypes.data
+            large[count] = {"equal": bool(np.array_equal(got, want)), "aligned": addr % 64 == 0,
+                            "writeable": bool(got.flags.writeable), "shape": got.shape}
+            del got
+            again = _core.allreduce_small(big, f"big{count}", hvd.Sum, 1.0, 1.0, gs, False)
+            large[count]["reused"] = again.ctypes.data == addr and bool(np.array_equal(again, want))
+            del again
+        out["large"] = large
         taken = {
             "None op, int scales": _core.allreduce_small(x, None, None, 2, 3, gs, False),
             "Min": _core.allreduce_small(x, "m", hvd.Min, 1.0, 1.0, gs, False),
@@ -384,12 +404,16 @@ def test_the_plain_entry_takes_only_plain_arguments():
     base = np.arange(6, dtype=np.float32)
     for rank, got in enumerate(res):
         for label, value in got.items():
-            if label not in ("taken", "wrong count", "next name"):
+            if label not in ("taken", "wrong count", "next name", "large"):
                 assert value is None, f"rank {rank}: {label} was taken: {value}"
         assert got["taken"]["None op, int scales"] == ((base * 2 + (base + 1) * 2) / 2 * 3).tolist()
         assert got["taken"]["Min"] == base.tolist()
         assert "in_place)" in got["wrong count"], got["wrong count"]
         assert got["next name"] == "allreduce.noname.0", got["next name"]
+        for count, info in got["large"].items():
+            assert info["equal"] and info["writeable"] and info["shape"] == (count,), (rank, count, info)
+        pooled = got["large"][(1 << 18) + 5]
+        assert pooled["aligned"] and pooled["reused"], (rank, pooled)
 
 
 # The shared-memory vote's messages are sized for the largest rider: unset, a pair's

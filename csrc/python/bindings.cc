@@ -177,16 +177,26 @@ std::string next_auto_name(const std::string& kind, int process_set) {
 // Raw references, kept for the life of the process (as g_value_error's below).
 std::vector<std::pair<PyObject*, int>> g_plain_dtypes;
 
+// A capsule that keeps `block` alive, as the base of an array over it.
+py::capsule keep_alive(std::shared_ptr<void> block) {
+  auto* keep = new std::shared_ptr<void>(std::move(block));
+  return py::capsule(keep, [](void* p) { delete static_cast<std::shared_ptr<void>*>(p); });
+}
+
 // A blocking allreduce of a plain numpy array in one call (its entry point below has
 // checked the other arguments: numbers, an op among Average..Product): check the array,
 // name the call, make the output, submit as a caller that waits, and wait. Python's
 // share of a 4 KiB call was ~1.5 of ~5.5 us. Returns None, having taken no name and done nothing, where
 // the array is not a C-contiguous (and, in place, writeable) ndarray of a registered
-// dtype, or its output would be larger than `kSmallBytes` (those come from the output
-// pool or the shared arena: ops._empty_like); the general path then runs the call. A
+// dtype, or, out of place, lies in the shared arena (its output is shared too, keeping
+// the allreduce zero copy: ops._empty_like); the general path then runs the call. The
+// output is made as ops._empty_like makes it: numpy's own up to kPooledFrom, else a
+// block of the output pool (out of place 1 MiB on 2 ranks through the general path's
+// Python took ~20 us more than in place, whose ~80-90 us call is all in here). A
 // signal's exception while waiting leaves the output in t_interrupted_output (the
 // caller keeps it and the input alive until the peers are done: handles.py).
-constexpr size_t kSmallBytes = 64 << 10;
+constexpr size_t kSharedFrom = 64 << 10;  // ops._SHARED_FROM: the smallest zero-copy allreduce
+constexpr size_t kPooledFrom = 1 << 20;   // ops._POOLED_FROM
 
 py::object allreduce_small(py::handle tensor, py::handle name, int reduce_op, double prescale,
                            double postscale, int process_set, bool in_place) {
@@ -203,7 +213,10 @@ py::object allreduce_small(py::handle tensor, py::handle name, int reduce_op, do
   const int nd = proxy->nd;
   size_t bytes = dtype_size(static_cast<DataType>(code));
   for (int i = 0; i < nd; ++i) bytes *= static_cast<size_t>(proxy->dimensions[i]);
-  if (!in_place && bytes > kSmallBytes) return py::none();
+  if (!in_place && bytes >= kSharedFrom) {
+    const SharedArena* arena = SharedArena::get_if_any();
+    if (arena && arena->offset_of(proxy->data, bytes) >= 0) return py::none();
+  }
   std::string n;
   if (name.is_none()) n = next_auto_name("allreduce", process_set);
   else if (PyUnicode_CheckExact(name.ptr())) n = name.cast<std::string>();
@@ -215,10 +228,17 @@ py::object allreduce_small(py::handle tensor, py::handle name, int reduce_op, do
   if (in_place) {
     out = py::reinterpret_borrow<py::object>(tensor);
   } else {
+    std::shared_ptr<void> block;
+    if (bytes >= kPooledFrom) block = OutputPool::get().allocate(bytes);
     Py_INCREF(proxy->descr);  // stolen by the constructor
     out = py::reinterpret_steal<py::object>(api.PyArray_NewFromDescr_(
-        api.PyArray_Type_, proxy->descr, nd, proxy->dimensions, nullptr, nullptr, 0, nullptr));
+        api.PyArray_Type_, proxy->descr, nd, proxy->dimensions, nullptr, block.get(),
+        block ? api.NPY_ARRAY_C_CONTIGUOUS_ | api.NPY_ARRAY_ALIGNED_ | api.NPY_ARRAY_WRITEABLE_ : 0,
+        nullptr));
     if (!out) throw py::error_already_set();
+    // The array's base keeps the block (stolen, also on failure).
+    if (block && api.PyArray_SetBaseObject_(out.ptr(), keep_alive(std::move(block)).release().ptr()) < 0)
+      throw py::error_already_set();
   }
   static const std::string no_group;
   EnqueueArgs a = request(OpType::ALLREDUCE, n, code, reduce_op, prescale, postscale, -1,
@@ -390,10 +410,9 @@ void wait_held(const std::shared_ptr<HandleState>& st) {
 
 // A flat uint8 array over `block`, which it keeps alive.
 py::object pooled_array(std::shared_ptr<void> block, size_t bytes) {
-  auto* keep = new std::shared_ptr<void>(block);
-  py::capsule owner(keep, [](void* p) { delete static_cast<std::shared_ptr<void>*>(p); });
-  return py::array_t<uint8_t>({static_cast<py::ssize_t>(bytes)}, {1},
-                              static_cast<uint8_t*>(block.get()), owner);
+  auto* data = static_cast<uint8_t*>(block.get());
+  return py::array_t<uint8_t>({static_cast<py::ssize_t>(bytes)}, {1}, data,
+                              keep_alive(std::move(block)));
 }
 
 // Engine-owned output as a flat uint8 array that keeps the memory alive; the Python
