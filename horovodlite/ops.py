@@ -68,7 +68,7 @@ def _allreduce_submit(src, dst, name, op, prescale, postscale, process_set, grou
                             float(postscale), _set_id(process_set), group, group_size)
 
 
-_POOLED_FROM = 1 << 20
+_POOLED_FROM = _core.POOLED_FROM  # the core's plain entry makes its outputs alike
 
 
 def _pooled_empty(nbytes, dtype, shape):
@@ -78,7 +78,7 @@ def _pooled_empty(nbytes, dtype, shape):
     return _core.empty(nbytes).view(dtype).reshape(shape)
 
 
-_SHARED_FROM = 64 << 10  # the core's smallest zero-copy allreduce
+_SHARED_FROM = _core.SHARED_FROM  # the core's smallest zero-copy allreduce
 
 
 def _empty_like(a):

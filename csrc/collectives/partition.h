@@ -13,4 +13,12 @@ inline size_t block_offset(size_t count, int parts, int i) {
   return ui * base + (ui < extra ? ui : extra);
 }
 
+// Block i of `count` elements of `elem_bytes` each, in bytes.
+struct ByteSpan {
+  size_t at = 0, bytes = 0;
+};
+inline ByteSpan block_span(size_t count, int parts, int i, size_t elem_bytes) {
+  return {block_offset(count, parts, i) * elem_bytes, block_count(count, parts, i) * elem_bytes};
+}
+
 }  // namespace hvdl

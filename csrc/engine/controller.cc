@@ -212,14 +212,9 @@ void Controller::set_vote(std::unique_ptr<VoteExchange> x, size_t rider_max, Rid
   exchange_ = std::move(x);
   rider_for_ = exchange_ && rider_max > 0 ? std::move(rider_for) : RiderFor{};
   rider_max_ = rider_for_ ? rider_max : 0;
-  const int n = t_.size();
-  split_max_ = rider_for_ && n >= 2 && split_max > rider_max_ &&
-                       exchange_->outbox_to(t_.rank() == 0 ? 1 : 0)
-                   ? split_max
-                   : 0;
-  split_bytes_.assign(n, 0);
-  if (exchange_ && exchange_->capacity() <
-                       message_bytes(std::max(rider_max_, split_block_bytes(split_max_, n))))
+  split_max_ = rider_for_ && split_max > rider_max_ && exchange_->sends_each() ? split_max : 0;
+  split_bytes_.assign(t_.size(), 0);
+  if (exchange_ && exchange_->capacity() < message_bytes(rider_max_, split_max_))
     throw std::logic_error("horovodlite: the vote's exchange is smaller than its messages");
   peer_inputs_.assign(t_.size(), nullptr);
 }
@@ -283,34 +278,34 @@ uint64_t Controller::exchange_vote(std::vector<uint64_t>& vote, const std::strin
     r = rider_for_(*lone);
     if (r.data && r.bytes <= std::max(rider_max_, split_max_)) mine[0] = kUncachedRider, mine[1] = r.bytes;
   }
-  // Split: peer p gets block p of it (partition.h), this rank keeps its own.
+  // Split: peer p gets block p of it (partition.h) in a message of its own; this rank's
+  // own message carries its block's length but not the bytes (nobody reads them).
   const bool split = mine[0] && r.bytes > rider_max_;
   const size_t es = dtype_size(r.dt), count = split ? r.bytes / es : 0;
-  if (split) mine[1] = block_count(count, n, me) * es | kSplitRider;
-  const size_t rider_room = split ? block_count(count, n, 0) * es : r.bytes;  // block 0: the largest
+  auto block = [&](int p) { return block_span(count, n, p, es); };
+  if (split) mine[1] = block(me).bytes | kSplitRider;
+  const size_t own_rider = carried(mine[1]);
+  const size_t rider_room = split ? block(0).bytes : r.bytes;  // block 0: the largest
   char* out = exchange_->outbox();
   const size_t vote_bytes = pack_vote(vote, out) * sizeof(uint64_t);
   const size_t head = vote_bytes + sizeof mine;
   if (head + rider_room + requests.size() <= exchange_->capacity()) mine[2] = requests.size() + 1;
-  const size_t own_rider = mine[1] & ~kSplitRider;
-  std::memcpy(out + vote_bytes, mine, sizeof mine);
-  if (mine[0]) std::memcpy(out + head, static_cast<const char*>(r.data) + (split ? block_offset(count, n, me) * es : 0), own_rider);
-  if (mine[2] > 1) std::memcpy(out + head + own_rider, requests.data(), mine[2] - 1);
   const size_t tail = mine[2] ? mine[2] - 1 : 0;
+  std::memcpy(out + vote_bytes, mine, sizeof mine);
+  if (mine[0] && !split) std::memcpy(out + head, r.data, r.bytes);
+  if (tail) std::memcpy(out + head + own_rider, requests.data(), tail);
   if (split) {
+    split_bytes_[me] = head + own_rider + tail;
     for (int p = 0; p < n; ++p) {
-      if (p == me) {
-        split_bytes_[p] = head + own_rider + tail;
-        continue;
-      }
+      if (p == me) continue;
+      const ByteSpan b = block(p);
+      const uint64_t theirs[3] = {mine[0], b.bytes | kSplitRider, mine[2]};
       char* to = exchange_->outbox_to(p);
-      const size_t block = block_count(count, n, p) * es;
-      const uint64_t theirs[3] = {mine[0], block | kSplitRider, mine[2]};
       std::memcpy(to, out, vote_bytes);
       std::memcpy(to + vote_bytes, theirs, sizeof theirs);
-      std::memcpy(to + head, static_cast<const char*>(r.data) + block_offset(count, n, p) * es, block);
-      if (tail) std::memcpy(to + head + block, requests.data(), tail);
-      split_bytes_[p] = head + block + tail;
+      std::memcpy(to + head, static_cast<const char*>(r.data) + b.at, b.bytes);
+      if (tail) std::memcpy(to + head + b.bytes, requests.data(), tail);
+      split_bytes_[p] = head + b.bytes + tail;
     }
   }
   RiderFold fold;
@@ -339,7 +334,7 @@ uint64_t Controller::exchange_vote(std::vector<uint64_t>& vote, const std::strin
                                std::to_string(rider_head()) + ")");
     uint64_t theirs[3];
     std::memcpy(theirs, msg + words * sizeof(uint64_t), sizeof theirs);
-    const size_t their_rider = theirs[1] & ~kSplitRider;
+    const size_t their_rider = carried(theirs[1]);
     if (len != their_head + their_rider + (theirs[2] ? theirs[2] - 1 : 0))
       throw std::runtime_error("horovodlite: the negotiation message from rank " + std::to_string(p) +
                                " has " + std::to_string(len) + " bytes, not the " +
@@ -368,7 +363,7 @@ RiderSpan Controller::find_rider(const char* msg, size_t len) {
   uint64_t h[3];
   if (head + sizeof h > len) return {};
   std::memcpy(h, msg + head, sizeof h);
-  return {h[0], head + sizeof h, static_cast<size_t>(h[1] & ~kSplitRider)};
+  return {h[0], head + sizeof h, carried(h[1])};
 }
 
 // Every rank's requests are the same bytes, apart from sender and age. With this rank's

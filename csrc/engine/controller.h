@@ -28,6 +28,7 @@
 // `defer_limit`): running the part ready everywhere now would cut the step's batch
 // in two, and the rest would wait for the whole first part to finish.
 #pragma once
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <memory>
@@ -91,8 +92,13 @@ class Controller {
   // The bytes a vote message with riders of up to `rider_max` bytes takes (what a
   // VoteExchange for set_vote must hold): beside a full rider, room for the lone
   // request it belongs to (a name and a shape: hundreds of bytes), so that one too is
-  // answered in the vote. More requests go when they fit.
-  size_t message_bytes(size_t rider_max) const { return rider_head() + rider_max + kRequestRoom; }
+  // answered in the vote. More requests go when they fit. With split riders of up to
+  // `split_max` bytes on this set's ranks (set_vote), room for their largest block too
+  // (whatever its element size).
+  size_t message_bytes(size_t rider_max, size_t split_max = 0) const {
+    const size_t split_block = split_max ? split_max / t_.size() + sizeof(uint64_t) : 0;
+    return rider_head() + std::max(rider_max, split_block) + kRequestRoom;
+  }
   // The vote goes through `x` instead of the transport's AND-allreduce, and carries
   // riders of at most `rider_max` bytes where `rider_for` is set. Set before the first
   // round, on every rank alike. The AND-allreduce takes log N steps where an exchange
@@ -109,11 +115,6 @@ class Controller {
   size_t rider_bytes() const { return rider_for_ ? rider_max_ : 0; }
   // The largest split rider (0: none).
   size_t split_rider_bytes() const { return split_max_; }
-  // The bytes of the largest block of a split rider of `split_max` bytes on n ranks,
-  // whatever its element size (a vote message's room for it).
-  static size_t split_block_bytes(size_t split_max, int n) {
-    return split_max ? split_max / n + sizeof(uint64_t) : 0;
-  }
   // After a response ran: cache it (identically on every rank).
   void executed(const Response& r, const Request* local);
   // When this rank needs a round for its own timers (stall checks, cached requests
@@ -159,6 +160,8 @@ class Controller {
   static constexpr uint64_t kUncachedRider = ~uint64_t(0);
   // Set in a vote header's rider bytes where the rider is split (its block's bytes).
   static constexpr uint64_t kSplitRider = uint64_t(1) << 63;
+  // The rider bytes a message carries, from its header's word.
+  static size_t carried(uint64_t rider_word) { return static_cast<size_t>(rider_word & ~kSplitRider); }
   static constexpr size_t kRequestRoom = 4 << 10;
   // Step 3's gather of every rank's requests to rank 0 and the broadcast of its answer:
   // through exchange_ where it carries them and this round's vote left no rider to
@@ -195,7 +198,7 @@ class Controller {
   size_t rider_max_ = 0;
   size_t split_max_ = 0;  // 0: riders are never split
   bool split_ = false;    // the last exchange's riders were split (and every rank's alike)
-  std::vector<size_t> split_bytes_;  // exchange_each()'s message bytes, by rank
+  std::vector<size_t> split_bytes_;  // exchange_each()'s message bytes, by rank (set_vote)
   // Where each peer's rider lies after the last exchange (this rank's entry null).
   std::vector<const void*> peer_inputs_;
   const void* folded_ = nullptr;  // and all of them folded on the way (or null)

@@ -20,18 +20,18 @@ class TransportVoteExchange final : public VoteExchange {
     lens_[t_.rank()] = bytes;
     t_.exchange_all(out_.data(), bytes, in_.data(), cap_, lens_.data());
   }
+  bool sends_each() const override { return true; }
   char* outbox_to(int p) override {
-    if (each_.empty()) each_.resize(t_.size() * cap_);  // on first use: few sets split riders
+    if (each_.empty()) {  // on first use: few sets split riders
+      each_.resize(t_.size() * cap_);
+      for (int q : peers_) each_ptr_.push_back(each_.data() + q * cap_);
+      each_bytes_.resize(peers_.size());
+    }
     return each_.data() + p * cap_;
   }
   void exchange_each(const size_t* bytes) override {
     lens_[t_.rank()] = bytes[t_.rank()];
-    each_ptr_.clear();
-    each_bytes_.clear();
-    for (int p : peers_) {
-      each_ptr_.push_back(each_.data() + p * cap_);
-      each_bytes_.push_back(bytes[p]);
-    }
+    for (size_t i = 0; i < peers_.size(); ++i) each_bytes_[i] = bytes[peers_[i]];
     t_.exchange_each(peers_, each_ptr_.data(), each_bytes_.data(), in_.data(), cap_, lens_.data());
   }
   const char* inbox(int p) const override {
@@ -46,8 +46,8 @@ class TransportVoteExchange final : public VoteExchange {
   std::vector<size_t> lens_;
   std::vector<int> peers_;  // every rank but this one, ascending
   std::vector<char> each_;  // exchange_each()'s messages, one capacity() per rank
-  std::vector<const void*> each_ptr_;
-  std::vector<size_t> each_bytes_;
+  std::vector<const void*> each_ptr_;  // by peers_' index: outbox_to(peers_[i])
+  std::vector<size_t> each_bytes_;     // exchange_each()'s, by peers_' index
 };
 
 }  // namespace

@@ -49,13 +49,14 @@ class VoteExchange {
   // valid until this rank's next exchange() (the peers cannot overwrite it before).
   virtual const char* inbox(int p) const = 0;
   virtual size_t length(int p) const = 0;
-  // Where this rank writes the message for peer p alone (capacity() bytes of room), for
-  // exchange_each(); null where every peer gets the outbox (shared memory: one
-  // message that all read).
+  // Whether each peer can get a message of its own (outbox_to, exchange_each): not
+  // where every peer reads the one outbox (shared memory).
+  virtual bool sends_each() const { return false; }
+  // Where sends_each(): this rank's message for peer p alone (capacity() bytes of room).
   virtual char* outbox_to(int p) { (void)p; return nullptr; }
-  // exchange() with each peer p sent bytes[p] of outbox_to(p) instead of the outbox,
-  // whose bytes[rank] bytes stay this rank's own message (inbox(rank)). Only where
-  // outbox_to() is not null.
+  // Where sends_each(): exchange() with each peer p sent bytes[p] of outbox_to(p)
+  // instead of the outbox, whose bytes[rank] bytes stay this rank's own message
+  // (inbox(rank)).
   virtual void exchange_each(const size_t* bytes) { (void)bytes; }
   // Whether the coordinator's answer (and the requests that did not fit the vote)
   // should go through exchange() too: where one costs no more than a gather or a

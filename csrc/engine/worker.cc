@@ -13,6 +13,7 @@
 #include "fusion_planner.h"
 #include "hosts_vote.h"
 #include "ops/op_util.h"
+#include "../collectives/direct_allgather.h"
 #include "../collectives/partition.h"
 #include "../collectives/ring_allreduce.h"
 #include "../collectives/shm_allreduce.h"
@@ -205,9 +206,7 @@ void Worker::setup_vote(const std::vector<int>& host_of_member) {
         split_max = static_cast<size_t>(std::clamp<long long>(
             params_.settings.integer_or(Setting::VOTE_SPLIT_RIDER_BYTES, kAutoSplitRiderBytes), 0,
             static_cast<long long>(kPairExchangeMaxBytes)));
-      x = make_transport_vote_exchange(
-          *transport_, controller_.message_bytes(std::max(
-                           rider_max, Controller::split_block_bytes(split_max, n))));
+      x = make_transport_vote_exchange(*transport_, controller_.message_bytes(rider_max, split_max));
     }
     controller_.set_vote(std::move(x), rider_max, riders, split_max);
   }
@@ -600,26 +599,18 @@ Rider Worker::rider_for(const Response& r) {
 
 void Worker::run_split_rider(ExecContext& ctx, const void* in, const void* const* theirs, void* out,
                              size_t count, DataType dt, ReduceOp op, double postscale) {
-  Transport& t = *transport_;
-  const int rank = t.rank(), n = t.size();
+  const int rank = transport_->rank(), n = transport_->size();
   const size_t es = dtype_size(dt);
-  const size_t at = block_offset(count, n, rank) * es, own = block_count(count, n, rank);
-  const char* in_block = static_cast<const char*>(in) + at;
-  char* out_block = static_cast<char*>(out) + at;
+  const ByteSpan own = block_span(count, n, rank, es);
+  const char* in_block = static_cast<const char*>(in) + own.at;
+  char* out_block = static_cast<char*>(out) + own.at;
   // In rank order, as a whole rider folds: the same bits whether a tensor rode whole
   // or split. In place the fold needs room of its own (it reads the input block).
-  void* acc = in == out ? ctx.scratch.reserve(own * es) : out_block;
-  combine_in_rank_order(ctx.reducer, rank, n, in_block, theirs, acc, out_block, own, dt, op,
-                        postscale);
-  // The allgather: every block but this rank's own is a peer's, and every input block
-  // already went out with the vote, so `out` may be `in`.
-  for (int p = 0; p < n; ++p) {
-    if (p == rank) continue;
-    const size_t bytes = block_count(count, n, p) * es;
-    if (bytes) t.irecv(p, static_cast<char*>(out) + block_offset(count, n, p) * es, bytes);
-    if (own) t.isend(p, out_block, own * es);
-  }
-  t.wait_all();
+  void* acc = in == out ? ctx.scratch.reserve(own.bytes) : out_block;
+  combine_in_rank_order(ctx.reducer, rank, n, in_block, theirs, acc, out_block, own.bytes / es,
+                        dt, op, postscale);
+  // Every input block already went out with the vote, so `out` may be `in`.
+  direct_allgather(*transport_, out, count, es);
 }
 
 // Each host's inputs folded in rank order, then the hosts' folds in host order

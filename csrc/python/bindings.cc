@@ -177,6 +177,12 @@ std::string next_auto_name(const std::string& kind, int process_set) {
 // Raw references, kept for the life of the process (as g_value_error's below).
 std::vector<std::pair<PyObject*, int>> g_plain_dtypes;
 
+// Whether `bytes` at `p` lie in this process's shared arena (shared_arena.h).
+bool lies_in_shared_arena(const void* p, size_t bytes) {
+  const SharedArena* a = SharedArena::get_if_any();
+  return a && a->offset_of(p, bytes) >= 0;
+}
+
 // A capsule that keeps `block` alive, as the base of an array over it.
 py::capsule keep_alive(std::shared_ptr<void> block) {
   auto* keep = new std::shared_ptr<void>(std::move(block));
@@ -195,8 +201,9 @@ py::capsule keep_alive(std::shared_ptr<void> block) {
 // Python took ~20 us more than in place, whose ~80-90 us call is all in here). A
 // signal's exception while waiting leaves the output in t_interrupted_output (the
 // caller keeps it and the input alive until the peers are done: handles.py).
-constexpr size_t kSharedFrom = 64 << 10;  // ops._SHARED_FROM: the smallest zero-copy allreduce
-constexpr size_t kPooledFrom = 1 << 20;   // ops._POOLED_FROM
+// Both also rule ops._empty_like (exported as SHARED_FROM and POOLED_FROM).
+constexpr size_t kSharedFrom = 64 << 10;  // the smallest zero-copy allreduce
+constexpr size_t kPooledFrom = 1 << 20;
 
 py::object allreduce_small(py::handle tensor, py::handle name, int reduce_op, double prescale,
                            double postscale, int process_set, bool in_place) {
@@ -213,10 +220,8 @@ py::object allreduce_small(py::handle tensor, py::handle name, int reduce_op, do
   const int nd = proxy->nd;
   size_t bytes = dtype_size(static_cast<DataType>(code));
   for (int i = 0; i < nd; ++i) bytes *= static_cast<size_t>(proxy->dimensions[i]);
-  if (!in_place && bytes >= kSharedFrom) {
-    const SharedArena* arena = SharedArena::get_if_any();
-    if (arena && arena->offset_of(proxy->data, bytes) >= 0) return py::none();
-  }
+  if (!in_place && bytes >= kSharedFrom && lies_in_shared_arena(proxy->data, bytes))
+    return py::none();
   std::string n;
   if (name.is_none()) n = next_auto_name("allreduce", process_set);
   else if (PyUnicode_CheckExact(name.ptr())) n = name.cast<std::string>();
@@ -594,9 +599,11 @@ PYBIND11_MODULE(_core, m) {
   });
   m.def("in_shared_arena", [](uintptr_t addr, size_t bytes) {
     size_arena_before_init();
-    SharedArena* a = SharedArena::get_if_any();
-    return a && a->offset_of(reinterpret_cast<const void*>(addr), bytes) >= 0;
+    return lies_in_shared_arena(reinterpret_cast<const void*>(addr), bytes);
   });
+  // The output sizes ops._empty_like goes by, which the plain entry's outputs follow.
+  m.attr("SHARED_FROM") = kSharedFrom;
+  m.attr("POOLED_FROM") = kPooledFrom;
   m.def("shared_arena_info", [] {
     py::dict d;
     size_arena_before_init();

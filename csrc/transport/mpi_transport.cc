@@ -291,10 +291,6 @@ class MpiTransport : public Transport {
     }
   }
 
-  // The round's vote (every member enters it), waited for as any other wait: a held
-  // ring goes out at the first test after it is due, and is dropped if the vote
-  // completes first (every peer came). The hold (50 us) ends within the wait's spin
-  // and yield phases, which test back to back.
   // exchange_with()/exchange_each(): peer with[i] gets mine(i) of bytes(i) bytes, in one
   // message each way (receives first, then sends).
   template <class Mine, class Bytes>
@@ -320,6 +316,10 @@ class MpiTransport : public Transport {
     }
   }
 
+  // The round's vote (every member enters it), waited for as any other wait: a held
+  // ring goes out at the first test after it is due, and is dropped if the vote
+  // completes first (every peer came). The hold (50 us) ends within the wait's spin
+  // and yield phases, which test back to back.
   void wait_vote(MPI_Request* reqs, int n, WaitWatch& w, MPI_Status* st) {
     wait_until(
         [&] {

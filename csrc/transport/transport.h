@@ -52,7 +52,7 @@ class Transport {
   virtual void exchange_with(const std::vector<int>& peers, const void* mine, size_t bytes,
                              void* theirs, size_t stride, size_t* lens);
   // exchange_with() where peers[i] gets a message of its own, mine[i] of bytes[i]
-  // bytes: a vote whose rider is cut into one block per rank (engine/controller.h).
+  // bytes (a message that carries a different block of one buffer to each peer).
   virtual void exchange_each(const std::vector<int>& peers, const void* const* mine,
                              const size_t* bytes, void* theirs, size_t stride, size_t* lens);
   // A vote that waits outside this transport (hosts_vote.h's shared-memory steps)
