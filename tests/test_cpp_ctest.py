@@ -20,7 +20,10 @@ def ctest_build(tmp_path_factory):
         pytest.skip("cmake or a C++ compiler is missing")
     build = tmp_path_factory.mktemp("cpp-tests")
     subprocess.run([cmake, "-S", str(ROOT / "tests" / "cpp"), "-B", str(build),
-                    "-DCMAKE_BUILD_TYPE=Release"], check=True, capture_output=True, timeout=300)
+                    # -O1: the build is most of this test's time, and -O1 halves it
+                    # (2 cores: ~40 s against ~80 s at -O3) while the tests run as fast.
+                    "-DCMAKE_BUILD_TYPE=Release", "-DCMAKE_CXX_FLAGS_RELEASE=-O1 -DNDEBUG"],
+                   check=True, capture_output=True, timeout=300)
     proc = subprocess.run([cmake, "--build", str(build), "-j", "2"], capture_output=True,
                           text=True, timeout=1200)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]

@@ -64,10 +64,11 @@ def test_nothing_else_reads_the_environment():
 # shutdown, extra variables the case needs). A check returns True / False, or None
 # where this rank has nothing to show (only rank 0 writes timelines and tunes).
 CASES = r'''
-import gc, json, tempfile
+import atexit, gc, json, shutil, tempfile
 from horovodlite._loader import _core
 
 TMP = tempfile.mkdtemp(prefix="hvdl-settings-")
+atexit.register(shutil.rmtree, TMP, True)  # each rank's own: nothing left in /tmp
 
 def rep(key):
     return _core.engine_report(0).get(key)

@@ -16,7 +16,9 @@ ENV = {"TF_CPP_MIN_LOG_LEVEL": "2", "TF_ENABLE_ONEDNN_OPTS": "0"}
 N = 2
 
 JOB = """
-import os, tempfile
+import atexit, os, shutil, tempfile
+TMP = tempfile.mkdtemp(prefix="hvdl-keras-")
+atexit.register(shutil.rmtree, TMP, True)  # the saved models: nothing left in /tmp
 import tensorflow as tf
 if os.environ.get("TF_USE_LEGACY_KERAS") == "1":
     import tf_keras as keras
@@ -113,7 +115,7 @@ def main(hvd):
               callbacks=[hk.callbacks.BroadcastGlobalVariablesCallback(0)])
     out["broadcast"] = (initial, model.get_weights(),
                         [np.asarray(v) for v in opt_vars(model.optimizer)])
-    path = os.path.join(tempfile.mkdtemp(), "m.keras")
+    path = os.path.join(TMP, "m.keras")
     model.save(path)
     loaded = hk.load_model(path)
     out["load_model"] = (type(loaded.optimizer).__name__,
@@ -177,7 +179,7 @@ def main(hvd):
         out["best_no_path"] = "no error"
     except ValueError as e:
         out["best_no_path"] = str(e)
-    best.filepath = os.path.join(tempfile.mkdtemp(), "best.keras")
+    best.filepath = os.path.join(TMP, "best.keras")
     model.fit(x[:8], y[:8], epochs=2, verbose=0, callbacks=[best])
     out["best_saved"] = os.path.exists(best.filepath)
 
