@@ -179,8 +179,20 @@ def _ring_steps(c, ranks, nbytes):
     return steps
 
 
+def _pair_steps(c, ranks, nbytes):
+    """Two ranks: one exchange of the whole buffer (csrc/collectives/ring_allreduce.h's
+    pair exchange), each folding the peer's copy into its own (read both, write one)."""
+    a, b = ranks
+    return [Step().send(a, b, nbytes).send(b, a, nbytes).touch(a, 3 * nbytes).touch(b, 3 * nbytes)]
+
+
+def _two_or_ring(c, ranks, nbytes):
+    """What the code runs across `ranks`: the pair exchange on two, else the ring."""
+    return (_pair_steps if len(ranks) == 2 else _ring_steps)(c, ranks, nbytes)
+
+
 def ring_steps(c, nbytes):
-    return _ring_steps(c, list(range(c.n)), nbytes)
+    return _two_or_ring(c, list(range(c.n)), nbytes)
 
 
 # The window's passes (csrc/collectives/shm_allreduce.cc), bytes each rank reads and
@@ -207,12 +219,15 @@ def _local_ag(c, nbytes):
     return s
 
 
-def _cross_steps(c, nbytes):
-    """L rings across hosts at once, each over 1/L of the buffer: they share every link."""
+def _cross_steps(c, nbytes, pair=True):
+    """L rings across hosts at once, each over 1/L of the buffer: they share every link.
+    On two hosts each is the pair exchange, except in the pipeline (`pair` False), whose
+    chunks cross as the ring's two half-size exchanges (hierarchical_pipeline.cc)."""
     L, H = c.local, c.hosts
-    cross = [Step() for _ in range(2 * (H - 1))]
+    steps_of = _two_or_ring if pair else _ring_steps
+    cross = [Step() for _ in range(1 if pair and H == 2 else 2 * (H - 1))]
     for i in range(L):
-        for j, st in enumerate(_ring_steps(c, [h * L + i for h in range(H)], nbytes / L)):
+        for j, st in enumerate(steps_of(c, [h * L + i for h in range(H)], nbytes / L)):
             cross[j].flows += st.flows
             for r, b in st.memory.items():
                 cross[j].memory[r] = cross[j].memory.get(r, 0) + b
@@ -258,7 +273,7 @@ def hierarchical_time(c, nbytes):
     t = rs[0] + ag[-1]
     for i, b in enumerate(sizes):
         lat = link = cpu = 0.0
-        for s in _cross_steps(c, b):
+        for s in _cross_steps(c, b, pair=False):
             sl, sk, sc = step_parts(c, s)
             lat, link, cpu = lat + sl, link + max(sk, sc), cpu + sc
         # The local stages beside it share the host's cores with the transfers' CPU work.

@@ -31,20 +31,26 @@ def test_hierarchical_charges_the_bytes_the_shared_memory_window_moves():
     """2 x 2 with a free link: the host's memory alone. Per rank, for S bytes on L = 2
     ranks of a host, the window's reduce-scatter reads and writes 2.5 S (its peers'
     halves copied in: S; its own half summed with the staged copy: 1.5 S) and its
-    allgather 2 S (its half published, the other copied out); the cross-host ring's
-    reduce-scatter step reads two quarters and writes one (0.75 S). Two ranks a host:
-    2 x 5.25 S through its memory, one chunk (1 MiB: no pipeline)."""
+    allgather 2 S (its half published, the other copied out); across the two hosts the
+    pair exchange folds the peer's copy of its half into its own (reads two halves,
+    writes one: 1.5 S). Two ranks a host: 2 x 6 S through its memory, one chunk (1 MiB:
+    no pipeline)."""
     c = sim.Cluster(2, 2, link_rate=1e15, latency=0.0, mem_bw=1e9, mtu=9000)
     S = 1 * MiB
-    assert sim.predict("hierarchical", c, S) == pytest.approx(2 * 5.25 * S / 1e9, rel=1e-6)
+    assert sim.predict("hierarchical", c, S) == pytest.approx(2 * 6 * S / 1e9, rel=1e-6)
+    # Three hosts: the ring across them, whose two reduce-scatter steps each read two
+    # sixths of S and write one (2 x 3 x S/6 = S): 2 x 5.5 S.
+    c3 = sim.Cluster(3, 2, link_rate=1e15, latency=0.0, mem_bw=1e9, mtu=9000)
+    assert sim.predict("hierarchical", c3, S) == pytest.approx(2 * 5.5 * S / 1e9, rel=1e-6)
 
 
 def test_tcp_cpu_path_bounds_a_link_faster_than_it():
-    """2 x 1 ring: each of its 2 steps sends S/2 and receives S/2 per host. A kernel
-    that carries R bytes/s through loopback (a send and a receive each) spends S/(2R)
-    on that per step; when that exceeds the link time it is the step's time."""
+    """2 x 1 (the pair exchange): its one step sends S and receives S per host. A kernel
+    that carries R bytes/s through loopback (a send and a receive each) spends S/R on
+    that; when that exceeds the link time it is the step's time."""
     S = 64 * MiB
-    fast = sim.Cluster(2, 1, link_rate=1.25e9, latency=0.0, mem_bw=1e15, mtu=9000, tcp_rate=0.5e9)
+    fast = sim.Cluster(2, 1, link_rate=1.25e9, latency=0.0, mem_bw=float("inf"), mtu=9000,
+                       tcp_rate=0.5e9)
     assert sim.predict("ring", fast, S) == pytest.approx(S / 0.5e9, rel=1e-6)
     slow = sim.Cluster(2, 1, link_rate=125e6, latency=0.0, mem_bw=1e15, mtu=9000, tcp_rate=0.5e9)
     assert sim.predict("ring", slow, S) == pytest.approx(S / slow.payload_rate, rel=1e-6)

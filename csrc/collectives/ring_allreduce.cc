@@ -4,8 +4,10 @@
 // then copied, so all ranks end with bitwise identical results.
 #include "ring_allreduce.h"
 
+#include <algorithm>
 #include <cstring>
 #include <stdexcept>
+#include <vector>
 
 #include "ring.h"
 
@@ -44,16 +46,32 @@ void ring_allreduce(Transport& t, const Reducer& red, Buffer& scratch, const All
 
 bool pair_allreduce_host(Transport& t, const Reducer& red, Buffer& scratch, const void* in,
                          void* out, size_t count, DataType dt, ReduceOp op, double postscale) {
-  const size_t bytes = count * dtype_size(dt);
-  if (t.size() != 2 || count == 0 || bytes > kPairExchangeMaxBytes || op == ReduceOp::ADASUM)
-    return false;
+  const size_t es = dtype_size(dt);
+  if (t.size() != 2 || count == 0 || op == ReduceOp::ADASUM) return false;
   const int peer = 1 - t.rank();
-  char* theirs = scratch.reserve(bytes);
-  t.irecv(peer, theirs, bytes);
-  t.isend(peer, in, bytes);
+  const size_t seg = std::clamp<size_t>(kPairExchangeMaxBytes / es, 1, count);
+  const size_t nseg = (count + seg - 1) / seg, slots = std::min(nseg, kPairSlots);
+  char* window = scratch.reserve(slots * seg * es);
+  auto len = [&](size_t k) { return std::min(seg, count - k * seg); };
+  auto slot = [&](size_t k) { return window + (k % slots) * seg * es; };
+  std::vector<Transport::Op> recvs(nseg), sends(nseg);
+  for (size_t k = 0; k < slots; ++k) recvs[k] = t.irecv(peer, slot(k), len(k) * es);
+  // Every send at once: the socket never runs dry while this rank reduces.
+  for (size_t k = 0; k < nseg; ++k)
+    sends[k] = t.isend(peer, static_cast<const char*>(in) + k * seg * es, len(k) * es);
+  for (size_t k = 0; k < nseg; ++k) {
+    t.wait(recvs[k]);
+    t.wait(sends[k]);  // in place, the fold below overwrites what it sent
+    const size_t off = k * seg * es;
+    char* theirs = slot(k);
+    const void* const inputs[2] = {theirs, theirs};  // the peer's; ours is `in`
+    // Rank 1 folds into the peer's slot (overwritable) or straight into `out`.
+    char* o = static_cast<char*>(out) + off;
+    combine_in_rank_order(red, t.rank(), 2, static_cast<const char*>(in) + off, inputs,
+                          in == out ? theirs : o, o, len(k), dt, op, postscale);
+    if (k + slots < nseg) recvs[k + slots] = t.irecv(peer, slot(k + slots), len(k + slots) * es);
+  }
   t.wait_all();
-  const void* const inputs[2] = {theirs, theirs};  // the peer's; ours is `in`
-  combine_in_rank_order(red, t.rank(), 2, in, inputs, theirs, out, count, dt, op, postscale);
   return true;
 }
 

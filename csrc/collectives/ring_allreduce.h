@@ -39,16 +39,29 @@ struct AllreduceArgs {
   double prescale = 1.0, postscale = 1.0;
 };
 
-// Two ranks and at most this many bytes: one exchange of the whole buffer instead of
-// the ring's two half-size steps. The same bytes cross the link (S each way), but one
-// round trip instead of two, and between hosts each is a wake-up of a sleeping rank
-// (measured 2x1 hosts, 4 KiB: the two TCP steps took 0.35-1.7 ms of a 1-1.6 ms call
-// on a loaded machine). Above it the ring's segments overlap the adds with the link.
+// Two ranks: one exchange of the whole buffer instead of the ring's reduce-scatter and
+// allgather. The same bytes cross the link (S each way), but nothing waits on a
+// reduction.
+// - Small, it is one round trip instead of two, and between hosts each is a wake-up of
+//   a sleeping rank (measured 2x1 hosts, 4 KiB: the two TCP steps took 0.35-1.7 ms of
+//   a 1-1.6 ms call on a loaded machine).
+// - Large, every byte is posted at once, so both directions of the link stay busy from
+//   the first byte to the last. In the ring a rank's allgather could only start once
+//   the peer's reduce-scatter had ended (2x1 simulated hosts at 10 Gbit/s, 64 MiB, one
+//   rank's timeline: reduce-scatter 27-34 ms, allgather 28-50 ms, where each moves 27
+//   ms of the link's bytes). Alternating launches there: 64 MiB 65.0-74.1 ms by the
+//   ring, 56.5-58.5 by the pair exchange; at 1 Gbit/s both at the link's rate.
+// The price: each rank reduces S, not S/2. Messages are at most kPairExchangeMaxBytes:
+// a larger buffer goes in segments of that, received into a window of kPairSlots of
+// them and each reduced as it arrives (the scratch stays small; the last segment's
+// fold, which nothing overlaps, stays short: 4 MiB segments made 4 MiB calls 1.5-2.5 %
+// slower at 1 Gbit/s).
 constexpr size_t kPairExchangeMaxBytes = size_t(1) << 20;
+constexpr size_t kPairSlots = 4;
 
-// Host memory, `t` of two ranks, at most kPairExchangeMaxBytes, not ADASUM: out =
-// (in op peer's in) * postscale by one exchange (in may equal out; `scratch` takes
-// the peer's copy); returns false without touching anything otherwise.
+// Host memory, `t` of two ranks, not ADASUM: out = (in op peer's in) * postscale by one
+// exchange (in may equal out; `scratch` takes the peer's segments); returns false
+// without touching anything otherwise.
 bool pair_allreduce_host(Transport& t, const Reducer& red, Buffer& scratch, const void* in,
                          void* out, size_t count, DataType dt, ReduceOp op, double postscale);
 

@@ -9,6 +9,7 @@
 //       csrc/collectives/{ring,ring_allreduce,broadcast,alltoall,cpu_reducer}.cc \
 //       csrc/engine/output_pool.cc csrc/reduce/*.cc -o /tmp/test_collectives && /tmp/test_collectives
 #include <condition_variable>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -97,6 +98,51 @@ void test_allreduce(int n, size_t count) {
   for (int r = 1; r < n; ++r)
     CHECK(std::memcmp(results[r].data(), results[0].data(), count * 4) == 0,
           "allreduce n=%d count=%zu: rank %d differs from rank 0", n, count, r);
+}
+
+// The pair exchange (two ranks, one exchange of the whole buffer): one message up to
+// kPairExchangeMaxBytes, above it segments through a window of kPairSlots, more
+// segments than slots too. Against the reference, the same bits on both ranks (NaNs
+// in MIN and MAX too: both fold in rank order), the input untouched out of place.
+void test_pair_allreduce(size_t count, bool in_place, ReduceOp op, double postscale) {
+  std::vector<std::vector<float>> results(2);
+  auto value = [](int r, size_t i) {
+    if (i % 97 == 5) return r == 0 ? std::nanf("1") : 3.0f;  // a NaN from rank 0 only
+    if (i % 89 == 7) return r == 1 ? -std::nanf("2") : 4.0f;  // ... and from rank 1 only
+    return val(r, i);
+  };
+  on_ranks(2, [&](Transport& t) {
+    const int r = t.rank();
+    std::vector<float> in(count), out(count, 99.0f);
+    for (size_t i = 0; i < count; ++i) in[i] = value(r, i);
+    const std::vector<float> orig = in;
+    HostBuffer scratch;
+    float* o = in_place ? in.data() : out.data();
+    CHECK(pair_allreduce_host(t, cpu_reducer(), scratch, in.data(), o, count, DataType::FLOAT32, op,
+                              postscale),
+          "pair exchange declined %zu elements", count);
+    if (!in_place)  // bytes, not ==: NaN != NaN
+      CHECK(std::memcmp(in.data(), orig.data(), count * 4) == 0,
+            "pair count=%zu: out of place modified its input", count);
+    results[r].assign(o, o + count);
+  });
+  for (size_t i = 0; i < count; ++i) {
+    const float a = value(0, i), b = value(1, i);
+    // As numpy's minimum and maximum: a NaN from either side wins.
+    float want = op == ReduceOp::SUM ? a + b : op == ReduceOp::PRODUCT ? a * b
+                 : std::isnan(a) || std::isnan(b) ? std::nanf("")
+                 : op == ReduceOp::MIN ? std::min(a, b) : std::max(a, b);
+    want = static_cast<float>(want * postscale);
+    const float got = results[0][i];
+    if (!(got == want || (std::isnan(got) && std::isnan(want)))) {
+      CHECK(false, "pair count=%zu in_place=%d op=%d elem %zu: %g != %g", count, in_place,
+            static_cast<int>(op), i, got, want);
+      break;
+    }
+  }
+  CHECK(std::memcmp(results[0].data(), results[1].data(), count * 4) == 0,
+        "pair count=%zu in_place=%d op=%d: rank 1 differs from rank 0", count, in_place,
+        static_cast<int>(op));
 }
 
 void test_allgather(int n, const std::vector<size_t>& sizes, bool from_input) {
@@ -238,5 +284,10 @@ int main() {
       for (size_t bytes : {size_t(0), size_t(1), size_t(63), size_t(64), size_t(1000)})
         for (int algo = 0; algo < 3; ++algo) test_broadcast(n, bytes, root, algo);
   }
+  const size_t one = kPairExchangeMaxBytes / 4;
+  for (size_t count : {size_t(1), size_t(37), one, one + 1, 2 * one, (kPairSlots + 2) * one + 3})
+    for (bool in_place : {true, false})
+      for (ReduceOp op : {ReduceOp::SUM, ReduceOp::MIN, ReduceOp::MAX, ReduceOp::PRODUCT})
+        test_pair_allreduce(count, in_place, op, op == ReduceOp::SUM ? 0.5 : 1.0);
   return test::finish("collective algorithms (N = 1..8)");
 }
