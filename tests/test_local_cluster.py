@@ -166,7 +166,11 @@ def test_cluster_benchmark_report(tmp_path):
     assert {"MPI_Allreduce", "binomial tree", "parameter server (1 server)"} <= names
     assert any(n.startswith("horovodlite ring") for n in names)
     assert all(r["wrong"] == 0 for r in res["rows"]), res["rows"]
+    # The machine's cores busy while TCP streamed: some work, no more than it has (the
+    # clock ticks' granularity allowed for).
+    assert 0 < res["tcp_cores_busy"] <= 1.1 * os.cpu_count() + 0.05, res["tcp_cores_busy"]
     text = (out / "report.md").read_text()
     assert "model ms" in text and "hvdl" in text
+    assert f"of {os.cpu_count()} busy meanwhile" in text
     assert all((out / f).exists() for f in ("time.png", "busbw.png", "traffic.png"))
     assert _gone(_ours() - before)

@@ -91,8 +91,20 @@ def _span(comm, t0, t1):
     return comm.allreduce(t1, op=MPI.MAX) - comm.allreduce(t0, op=MPI.MIN)
 
 
+def _cpu_busy_s():
+    """Seconds the machine's cores have been busy (user, nice, system, irq, softirq) since
+    boot, all cores together: every simulated host runs on them, and the kernel's TCP
+    work (softirqs included) shows up here whichever process it ran for."""
+    try:
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:8]]
+    except (OSError, ValueError):
+        return float("nan")
+    return (v[0] + v[1] + v[2] + v[5] + v[6]) / os.sysconf("SC_CLK_TCK")
+
+
 def _tcp_rate(comm, H, L, addresses, link_payload, nbytes=32 << 20):
-    """(rate, alpha): the bytes per second one host's TCP carries each way while every worker streams
+    """(rate, alpha, cores busy): the bytes per second one host's TCP carries each way while every worker streams
     32 MiB to its ring neighbour on the next host and takes 32 MiB from the one before,
     all at once (so every host's kernel sends and receives, like in a ring step). It is
     the lesser of the link and the CPU path; when it reaches 0.9 of the link's payload
@@ -101,7 +113,10 @@ def _tcp_rate(comm, H, L, addresses, link_payload, nbytes=32 << 20):
     on the same shared cores, which is why at 10 Gbit/s this, not the link, binds.
     The fastest of five streams: other work on the cores only ever slows one down, and
     the median of three had put 2x1 at 10 Gbit/s at 0.78 GB/s in a launch where the
-    engine's own ring then moved 0.93 GB/s at 64 MiB (the model 42-133 % slow)."""
+    engine's own ring then moved 0.93 GB/s at 64 MiB (the model 42-133 % slow).
+    Cores busy: how many of the machine's cores were busy on average while the streams
+    ran (2x1 at 10 Gbit/s: 1.65-2.0 of 2 at 1.1-1.2 GB/s each way, so there TCP alone
+    takes the machine, and the model's CPU term, not the link, is the bound)."""
     import socket
     import threading
 
@@ -141,6 +156,7 @@ def _tcp_rate(comm, H, L, addresses, link_payload, nbytes=32 << 20):
                     raise RuntimeError("TCP calibration: the connection closed")
                 got += m
         alpha = comm.allreduce((time.perf_counter() - t0) / 100, op=MPI.MAX)
+        busy0, wall0 = _cpu_busy_s(), time.perf_counter()
         for _ in range(5):
             comm.Barrier()
             t0 = time.perf_counter()
@@ -154,11 +170,13 @@ def _tcp_rate(comm, H, L, addresses, link_payload, nbytes=32 << 20):
                 got += k
             th.join()
             ts.append(_span(comm, t0, time.perf_counter()))
+        comm.Barrier()
+        busy = comm.bcast((_cpu_busy_s() - busy0) / (time.perf_counter() - wall0), root=0)
     finally:
         tx.close()
         rx.close()
     rate = L * nbytes / min(ts)
-    return (float("inf") if rate >= 0.9 * link_payload else rate), alpha
+    return (float("inf") if rate >= 0.9 * link_payload else rate), alpha, busy
 
 
 class _Hvdl:
@@ -232,8 +250,8 @@ def job(opts):
         comm.Free()
         return
     alpha, mem_bw = _calibrate(world, comm, L, n)
-    tcp_rate, tcp_alpha = (_tcp_rate(comm, H, L, opts["addresses"], opts["link_payload"]) if H > 1
-                           else (float("inf"), alpha))
+    tcp_rate, tcp_alpha, tcp_busy = (_tcp_rate(comm, H, L, opts["addresses"], opts["link_payload"])
+                                     if H > 1 else (float("inf"), alpha, float("nan")))
     impls = _impls(world, comm, H, L, P, opts.get("impls"))
     sizes = opts["sizes"]
     times, wrong, traffic, iters = {}, {}, {}, {}
@@ -280,7 +298,8 @@ def job(opts):
         rows = [{"impl": k[0], "bytes": k[1], "time": statistics.median(v), "times": v,
                  "wrong": wrong[k], "traffic": traffic.get(k, {})} for k, v in times.items()]
         with open(opts["out"], "w") as f:
-            json.dump({"alpha": alpha, "mem_bw": mem_bw, "tcp_rate": tcp_rate, "tcp_alpha": tcp_alpha, "rows": rows,
+            json.dump({"alpha": alpha, "mem_bw": mem_bw, "tcp_rate": tcp_rate, "tcp_alpha": tcp_alpha,
+                       "tcp_cores_busy": tcp_busy, "rows": rows,
                        "impls": [i.name for i in impls]}, f, indent=1)
     comm.Free()
 

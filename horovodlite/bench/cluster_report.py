@@ -42,6 +42,9 @@ def write(out_dir, res, meta):
     ceiling = sim.payload_share(meta["mtu"])
     tcp = (f"{cl.tcp_rate / 1e9:.2f} GB/s each way per host (the CPU path: below the link)"
            if cl.tcp_rate != float("inf") else "as fast as the link (the CPU path not seen)")
+    busy = res.get("tcp_cores_busy", float("nan"))
+    if busy == busy:  # not NaN: measured
+        tcp += f", the machine's cores {busy:.2f} of {meta['cpus']} busy meanwhile"
     lines = [f"# Allreduce on a simulated cluster: {H} hosts x {L} workers"
              + (f" + {P} parameter-server host{'s' * (P > 1)}" if P else ""), ""]
     lines += [f"Command: `{meta['command']}` ({meta['when']}, {meta['wall']:.0f} s).", "",
