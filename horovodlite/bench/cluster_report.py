@@ -40,11 +40,14 @@ def write(out_dir, res, meta):
     # latency measured over TCP where the job measured one; the MPI-based baselines MPI's.
     ours = dataclasses.replace(cl, latency=res.get("tcp_alpha", res["alpha"]))
     ceiling = sim.payload_share(meta["mtu"])
-    tcp = (f"{cl.tcp_rate / 1e9:.2f} GB/s each way per host (the CPU path: below the link)"
-           if cl.tcp_rate != float("inf") else "as fast as the link (the CPU path not seen)")
     busy = res.get("tcp_cores_busy", float("nan"))
-    if busy == busy:  # not NaN: measured
-        tcp += f", the machine's cores {busy:.2f} of {meta['cpus']} busy meanwhile"
+    if busy == busy and "tcp_measured" in res:  # not NaN: measured
+        tcp = (f"{res['tcp_measured'] / 1e9:.2f} GB/s each way per host, the machine's cores "
+               f"{busy:.2f} of {meta['cpus']} busy meanwhile: the model's CPU path "
+               f"{cl.tcp_rate / 1e9:.2f} GB/s (all the cores at it)")
+    else:
+        tcp = (f"{cl.tcp_rate / 1e9:.2f} GB/s each way per host (the CPU path: below the link)"
+               if cl.tcp_rate != float("inf") else "as fast as the link (the CPU path not seen)")
     lines = [f"# Allreduce on a simulated cluster: {H} hosts x {L} workers"
              + (f" + {P} parameter-server host{'s' * (P > 1)}" if P else ""), ""]
     lines += [f"Command: `{meta['command']}` ({meta['when']}, {meta['wall']:.0f} s).", "",
