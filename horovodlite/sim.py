@@ -23,10 +23,11 @@ the receiver, the protocol on both). `tcp_rate` is what one host's TCP carries e
 while it sends and receives at once with the machine's cores at it (tcp_cpu_rate), so a
 byte sent costs half of 1/tcp_rate and a byte received the other half. The two overlap
 (the ranks' threads reduce while the kernel's softirqs move bytes, on either core), so
-a step takes the larger: on the simulated cluster at 10 Gbit/s, with both measured in
-the same job, their sum put the model 17-44 % above the measurement on 2x1 and 14-28 %
-on 2x2, the larger within -11..+9 % on 2x1, 2x2 and 3x1 (1-64 MiB). At 1 Gbit/s the
-link hides both; at 10 Gbit/s on a few shared cores the CPU is the bound (there TCP
+a step takes the larger. On one set of 10 Gbit/s reports on the simulated cluster
+(1-64 MiB), the sum with the probe's own rate put the model +52..+75 % above the
+measurement on 2x1, +11..+31 % on 2x2 and +3..+43 % on 3x1; the larger with the
+all-cores rate -25..+19 % (the measurements move 10-20 % between reports). At 1 Gbit/s
+the link hides both; at 10 Gbit/s on a few shared cores the CPU is the bound (there TCP
 alone kept 1.7-1.9 of two cores busy).
 
     from horovodlite.sim import Cluster, predict

@@ -59,7 +59,7 @@ def test_tcp_cpu_path_bounds_a_link_faster_than_it():
 def test_cpu_term_is_the_larger_of_memory_and_tcp_work():
     """2 x 1 (the pair exchange, one step): a host folds 3 S through memory and sends and
     receives S across; with a free link the step takes the larger of the two, which
-    overlap on the cores (the sum overestimated 10 Gbit/s runs by 17-44 %)."""
+    overlap on the cores (the sum overestimated 10 Gbit/s reports by up to 75 %)."""
     S = 64 * MiB
     for mem_bw, tcp_rate in ((3e9, 2e9), (12e9, 0.5e9)):
         c = sim.Cluster(2, 1, link_rate=1e15, latency=0.0, mem_bw=mem_bw, mtu=9000,

@@ -3,8 +3,8 @@
 // once, the ranks with local index i (one per host) ring-allreduce block i across
 // hosts; finally the host's ranks allgather the blocks through shared memory.
 // Only 1/local_size of the buffer crosses between hosts per rank, and every
-// host-to-host link carries a ring of its own. With two hosts a small block goes
-// across in one exchange instead (pair_allreduce_host, ring_allreduce.h).
+// host-to-host link carries a ring of its own. With two hosts the block goes across in
+// one exchange instead (pair_allreduce_host, ring_allreduce.h).
 #include "hierarchical_allreduce.h"
 
 

@@ -105,8 +105,9 @@ def _cpu_busy_s():
 
 
 def _tcp_rate(comm, H, L, addresses, link_payload, nbytes=32 << 20):
-    """(rate, alpha, cores busy): the bytes per second one host's TCP carries each way while every worker streams
-    32 MiB to its ring neighbour on the next host and takes 32 MiB from the one before,
+    """(rate, alpha, cores busy): the bytes per second one host's TCP carries each way
+    while every worker streams 32 MiB to its ring neighbour on the next host and takes
+    32 MiB from the one before,
     all at once (so every host's kernel sends and receives, like in a ring step). It is
     the lesser of the link and the CPU path; with the cores busy meanwhile it gives the
     model's CPU path (sim.tcp_cpu_rate), seen also where the link bound the streams.
@@ -116,8 +117,8 @@ def _tcp_rate(comm, H, L, addresses, link_payload, nbytes=32 << 20):
     the median of three had put 2x1 at 10 Gbit/s at 0.78 GB/s in a launch where the
     engine's own ring then moved 0.93 GB/s at 64 MiB (the model 42-133 % slow).
     Cores busy: how many of the machine's cores were busy on average while the streams
-    ran (2x1 at 10 Gbit/s: 1.65-2.0 of 2 at 1.1-1.2 GB/s each way, so there TCP alone
-    takes the machine, and the model's CPU term, not the link, is the bound)."""
+    ran (2x1 at 10 Gbit/s: 1.68-1.80 of 2 at 0.92-0.97 GB/s each way, so there TCP
+    alone takes the machine, and the model's CPU term, not the link, is the bound)."""
     import socket
     import threading
 
