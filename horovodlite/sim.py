@@ -236,11 +236,18 @@ def _local_ag(c, nbytes):
     return s
 
 
+# csrc/collectives/ring_allreduce.h's kPairExchangeMaxBytes: one message of the pair exchange.
+PAIR_MESSAGE_MAX = 1 << 20
+
+
 def _cross_steps(c, nbytes, pair=True):
     """L rings across hosts at once, each over 1/L of the buffer: they share every link.
-    On two hosts each is the pair exchange, except in the pipeline (`pair` False), whose
-    chunks cross as the ring's two half-size exchanges (hierarchical_pipeline.cc)."""
+    On two hosts each is the pair exchange (hierarchical_allreduce.cc: at every size with
+    one rank a host, up to one message with more), except in the pipeline (`pair`
+    False), whose chunks cross as the ring's two half-size exchanges
+    (hierarchical_pipeline.cc)."""
     L, H = c.local, c.hosts
+    pair = pair and (L == 1 or nbytes / L <= PAIR_MESSAGE_MAX)
     steps_of = _two_or_ring if pair else _ring_steps
     cross = [Step() for _ in range(1 if pair and H == 2 else 2 * (H - 1))]
     for i in range(L):

@@ -38,6 +38,9 @@ def test_hierarchical_charges_the_bytes_the_shared_memory_window_moves():
     c = sim.Cluster(2, 2, link_rate=1e15, latency=0.0, mem_bw=1e9, mtu=9000)
     S = 1 * MiB
     assert sim.predict("hierarchical", c, S) == pytest.approx(2 * 6 * S / 1e9, rel=1e-6)
+    # 3 MiB, below the pipeline: 1.5 MiB blocks are above one message of the pair exchange,
+    # so they cross as the ring does (0.75 S: one step reads two quarters, writes one).
+    assert sim.predict("hierarchical", c, 3 * S) == pytest.approx(2 * 5.25 * 3 * S / 1e9, rel=1e-6)
     # Three hosts: the ring across them, whose two reduce-scatter steps each read two
     # sixths of S and write one (2 x 3 x S/6 = S): 2 x 5.5 S.
     c3 = sim.Cluster(3, 2, link_rate=1e15, latency=0.0, mem_bw=1e9, mtu=9000)
