@@ -49,8 +49,8 @@ struct AllreduceArgs {
 //   the first byte to the last. In the ring a rank's allgather could only start once
 //   the peer's reduce-scatter had ended (2x1 simulated hosts at 10 Gbit/s, 64 MiB, one
 //   rank's timeline: reduce-scatter 27-34 ms, allgather 28-50 ms, where each moves 27
-//   ms of the link's bytes). Alternating launches there: 64 MiB 65.0-74.1 ms by the
-//   ring, 56.5-58.5 by the pair exchange. At 1 Gbit/s, back to back, both run at the
+//   ms of the link's bytes). Six alternating launches each there, 64 MiB: median 67.1
+//   ms by the ring, 58.5 by the pair exchange. At 1 Gbit/s, back to back, both run at the
 //   link's rate; each call after a barrier (the cluster report's way) 2-8 MiB took
 //   0.8-3 % longer and 16 MiB 1.3 % less.
 // The price: each rank reduces S, not S/2. Messages are at most kPairExchangeMaxBytes:
