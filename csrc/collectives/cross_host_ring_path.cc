@@ -25,14 +25,10 @@ class CrossHostRingPath final : public AllreducePath {
     const size_t es = dtype_size(plan.dt), n = static_cast<size_t>(tcp_->size());
     for (const Span& s : plan.spans) {
       const bool small = s.count * es / n < small_bytes_;
-      Transport& t = small ? small_ : *tcp_;
       // Two ranks: the pair exchange, as the hierarchical path runs two hosts of one.
-      if (plan.prescale == 1.0 && pair_allreduce_host(t, *plan.red, scratch_, s.in, s.out, s.count,
-                                                      plan.dt, plan.op, plan.postscale))
-        continue;
-      ring_allreduce_host(t, *plan.red, scratch_,
-                          {s.in, s.out, s.count, plan.dt, plan.op, plan.prescale, plan.postscale},
-                          small ? plan.ring : over_tcp(plan.ring));
+      pair_or_ring_allreduce_host(small ? small_ : *tcp_, *plan.red, scratch_,
+                                  {s.in, s.out, s.count, plan.dt, plan.op, plan.prescale, plan.postscale},
+                                  small ? plan.ring : over_tcp(plan.ring));
     }
   }
 

@@ -25,11 +25,7 @@ void hierarchical_allreduce(const HierarchicalOptions& h, const Reducer& red,
       return h.cross_small && count * es < h.small_bytes ? *h.cross_small : *h.cross;
     };
     if (!local || local->size() == 1) {
-      Transport& x = across(a.count);
-      if (a.prescale == 1.0 &&
-          pair_allreduce_host(x, red, *h.scratch, a.in, a.out, a.count, a.dt, a.op, a.postscale))
-        return;
-      return ring_allreduce_host(x, red, *h.scratch, a, h.ring);
+      return pair_or_ring_allreduce_host(across(a.count), red, *h.scratch, a, h.ring);
     }
     const int nl = local->size(), lr = local->rank();
     local->reduce_scatter(red, a.in, a.out, a.count, a.dt, a.op, a.prescale, 1.0, h.stream);

@@ -61,7 +61,7 @@ bool pair_allreduce_host(Transport& t, const Reducer& red, Buffer& scratch, cons
     sends[k] = t.isend(peer, static_cast<const char*>(in) + k * seg * es, len(k) * es);
   for (size_t k = 0; k < nseg; ++k) {
     t.wait(recvs[k]);
-    t.wait(sends[k]);  // in place, the fold below overwrites what it sent
+    if (in == out) t.wait(sends[k]);  // the fold below overwrites what it sent
     const size_t off = k * seg * es;
     char* theirs = slot(k);
     const void* const inputs[2] = {theirs, theirs};  // the peer's; ours is `in`
@@ -102,6 +102,14 @@ void ring_allreduce_host(Transport& t, const Reducer& red, Buffer& scratch, cons
   AllreduceArgs in_place = a;
   in_place.in = a.out;
   ring_allreduce(t, red, scratch, in_place, opts);
+}
+
+void pair_or_ring_allreduce_host(Transport& t, const Reducer& red, Buffer& scratch,
+                                 const AllreduceArgs& a, const RingOptions& opts) {
+  if (a.prescale == 1.0 &&
+      pair_allreduce_host(t, red, scratch, a.in, a.out, a.count, a.dt, a.op, a.postscale))
+    return;
+  ring_allreduce_host(t, red, scratch, a, opts);
 }
 
 }  // namespace hvdl

@@ -95,4 +95,9 @@ void ring_allreduce(Transport& t, const Reducer& red, Buffer& scratch, const All
 void ring_allreduce_host(Transport& t, const Reducer& red, Buffer& scratch, const AllreduceArgs& a,
                          const RingOptions& opts = RingOptions());
 
+// On two ranks the pair exchange (unscaled inputs), else ring_allreduce_host: what the
+// paths across hosts run on host memory.
+void pair_or_ring_allreduce_host(Transport& t, const Reducer& red, Buffer& scratch,
+                                 const AllreduceArgs& a, const RingOptions& opts);
+
 }  // namespace hvdl

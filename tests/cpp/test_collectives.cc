@@ -7,6 +7,7 @@
 //
 //   g++ -O1 -std=c++17 -pthread -I csrc tests/cpp/test_collectives.cc \
 //       csrc/collectives/{ring,ring_allreduce,broadcast,alltoall,cpu_reducer}.cc \
+//       csrc/transport/transport.cc csrc/common/logging.cc \
 //       csrc/engine/output_pool.cc csrc/reduce/*.cc -o /tmp/test_collectives && /tmp/test_collectives
 #include <condition_variable>
 #include <cmath>
