@@ -6,11 +6,15 @@ the blocks. What is left of the call is Python/binding overhead and the completi
 way back to the caller.
 
     mpirun -np 2 --oversubscribe --bind-to none python benchmarks/latency_pieces.py \\
-        [--sizes 4K,1M] [--repeats 7] [--calls 400] [--unnamed]
+        [--sizes 4K,1M] [--repeats 7] [--calls 400] [--unnamed] [--in-place]
 
 --unnamed calls hvd.allreduce without a name, as a script averaging a metric does:
 every call is a new name (allreduce.noname.N), so every call is negotiated in full
 instead of answered from the response cache.
+
+--in-place also times hvd.allreduce_ (no output array to make) in the same rotation,
+with op Max so that the array stays the same from call to call (the same path and
+work as a sum).
 
 Settings come from the environment (HOROVODLITE_WAKEUP=auto|poll, ...)."""
 import argparse
@@ -54,6 +58,7 @@ def main():
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--calls", type=int, default=400)
     ap.add_argument("--unnamed", action="store_true", help="a new name every call (no cache)")
+    ap.add_argument("--in-place", action="store_true", help="also time hvd.allreduce_")
     args = ap.parse_args()
     hvd.init()
     rows = []
@@ -65,12 +70,21 @@ def main():
         name = None if args.unnamed else f"lat.{size}"
         res = {}
         ours = lambda: res.__setitem__("r", hvd.allreduce(a, op=hvd.Sum, name=name))  # noqa: E731
+        b = a.copy()
+        in_place_name = None if args.unnamed else f"lat.inplace.{size}"
+        inplace = lambda: hvd.allreduce_(b, op=hvd.Max, name=in_place_name)  # noqa: E731
         mpi(), ours()  # warm: negotiated once, cached from now on
-        t_mpi, t_hvd, pieces = [], [], {k: [] for k in PIECES + COUNTS}
+        if args.in_place:
+            inplace()
+        t_mpi, t_hvd, t_inplace, pieces = [], [], [], {k: [] for k in PIECES + COUNTS}
+        ways = ("mpi", "hvd", "hvd_") if args.in_place else ("mpi", "hvd")
         for rep in range(args.repeats):
-            for which in (("mpi", "hvd") if rep % 2 == 0 else ("hvd", "mpi")):
+            for which in (ways if rep % 2 == 0 else ways[::-1]):
                 if which == "mpi":
                     t_mpi.append(block(mpi, calls))
+                    continue
+                if which == "hvd_":
+                    t_inplace.append(block(inplace, calls))
                     continue
                 s0 = _core.stats(0)
                 t_hvd.append(block(ours, calls))
@@ -79,17 +93,19 @@ def main():
                     pieces[k].append((s1[k] - s0[k]) / calls)
         assert np.array_equal(res["r"], out), "horovodlite and MPI disagree"
         per_rank = comm.gather({k: statistics.median(v) for k, v in pieces.items()}, 0)
-        rows.append((size, statistics.median(t_mpi), statistics.median(t_hvd), per_rank))
+        rows.append((size, statistics.median(t_mpi), statistics.median(t_hvd), per_rank,
+                     statistics.median(t_inplace) if t_inplace else None))
     if comm.rank == 0:
         load = " ".join(open("/proc/loadavg").read().split()[:3])
         wake = os.environ.get("HOROVODLITE_WAKEUP", "poll (default)")
         print(f"np={comm.size}, {'unnamed' if args.unnamed else 'named'} calls, "
               f"{args.repeats} alternating repeats, medians, "
               f"HOROVODLITE_WAKEUP={wake}, load {load}")
-        for size, tm, th, per_rank in rows:
+        for size, tm, th, per_rank, ti in rows:
             label = f"{size >> 20} MiB" if size >= 1 << 20 else f"{size >> 10} KiB"
             print(f"{label}: MPI_Allreduce {tm * 1e6:.1f} us, hvd.allreduce {th * 1e6:.1f} us "
-                  f"({tm / th:.2f}x MPI's speed)")
+                  f"({tm / th:.2f}x MPI's speed)"
+                  + (f", hvd.allreduce_ {ti * 1e6:.1f} us ({tm / ti:.2f}x)" if ti else ""))
             for r, p in enumerate(per_rank):
                 ring = (f", peer ring -> round {p['ring_to_round_ns'] / max(p['ring_wakes'], 1e-9) / 1e3:.1f} us"
                         f" ({p['ring_wakes']:.2f}/call)" if p["ring_wakes"] else "")
