@@ -31,13 +31,12 @@ void hierarchical_allreduce(const HierarchicalOptions& h, const Reducer& red,
     local->reduce_scatter(red, a.in, a.out, a.count, a.dt, a.op, a.prescale, 1.0, h.stream);
     char* block = o + block_offset(a.count, nl, lr) * es;
     const size_t n = block_count(a.count, nl, lr);
-    Transport& x = across(n);
     // Here the host's ranks share its cores, and a block above one message keeps the
     // ring's half-size folds: on 2x2 at 1 Gbit/s, 3 MiB (1.5 MiB blocks) took 26.2-27.8
     // ms by the ring and 26.4-29.5 by the pair exchange (four alternating launches each).
-    if (n * es > kPairExchangeMaxBytes ||
-        !pair_allreduce_host(x, red, *h.scratch, block, block, n, a.dt, a.op, a.postscale))
-      ring_allreduce(x, red, *h.scratch, {block, block, n, a.dt, a.op, 1.0, a.postscale}, h.ring);
+    pair_or_ring_allreduce_host(across(n), red, *h.scratch,
+                                {block, block, n, a.dt, a.op, 1.0, a.postscale}, h.ring,
+                                kPairExchangeMaxBytes);
     local->allgather(a.out, a.count, a.dt, h.stream);
   } catch (const std::exception& e) {
     hierarchical_give_up(local, *h.cross, e);

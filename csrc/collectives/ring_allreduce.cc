@@ -105,8 +105,9 @@ void ring_allreduce_host(Transport& t, const Reducer& red, Buffer& scratch, cons
 }
 
 void pair_or_ring_allreduce_host(Transport& t, const Reducer& red, Buffer& scratch,
-                                 const AllreduceArgs& a, const RingOptions& opts) {
-  if (a.prescale == 1.0 &&
+                                 const AllreduceArgs& a, const RingOptions& opts,
+                                 size_t pair_max_bytes) {
+  if (a.prescale == 1.0 && a.count * dtype_size(a.dt) <= pair_max_bytes &&
       pair_allreduce_host(t, red, scratch, a.in, a.out, a.count, a.dt, a.op, a.postscale))
     return;
   ring_allreduce_host(t, red, scratch, a, opts);

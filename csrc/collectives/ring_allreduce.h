@@ -1,6 +1,7 @@
 #pragma once
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 
 #include "../common/buffer.h"
 #include "../common/dtype.h"
@@ -95,9 +96,12 @@ void ring_allreduce(Transport& t, const Reducer& red, Buffer& scratch, const All
 void ring_allreduce_host(Transport& t, const Reducer& red, Buffer& scratch, const AllreduceArgs& a,
                          const RingOptions& opts = RingOptions());
 
-// On two ranks the pair exchange (unscaled inputs), else ring_allreduce_host: what the
-// paths across hosts run on host memory.
+// On two ranks the pair exchange (unscaled inputs of at most `pair_max_bytes`), else
+// ring_allreduce_host: what the paths across hosts run on host memory. A caller whose
+// ranks share their host's cores with others passes kPairExchangeMaxBytes
+// (hierarchical_allreduce.cc says why).
 void pair_or_ring_allreduce_host(Transport& t, const Reducer& red, Buffer& scratch,
-                                 const AllreduceArgs& a, const RingOptions& opts);
+                                 const AllreduceArgs& a, const RingOptions& opts,
+                                 size_t pair_max_bytes = SIZE_MAX);
 
 }  // namespace hvdl
