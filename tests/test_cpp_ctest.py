@@ -2,8 +2,9 @@
 one harness (tests/cpp/harness.h): among them the whole engine with ranks as threads
 (negotiation, fusion, every host allreduce path, a peer that dies, one that freezes),
 the collective algorithms alone, the ring's partitioning, the reduce kernels, the path
-tuner, the negotiation round and which failure a liveness check names. Built once per
-session in a temporary directory, without Python, MPI or CUDA."""
+tuner, the negotiation round, which failure a liveness check names and when a held
+wake-up goes out. Built once per session in a temporary directory, without Python, MPI
+or CUDA."""
 import shutil
 import subprocess
 from pathlib import Path
@@ -39,5 +40,5 @@ def test_ctest_targets_pass(ctest_build):
     # Every target ran (a renamed or dropped one would otherwise pass unnoticed).
     for target in ("engine_threads", "collectives", "partition_seg4096", "partition_seg200",
                    "path_tuner", "reduce", "controller", "controller_vote", "peer_health",
-                   "tcp_setup", "tensor_queue"):
+                   "tcp_setup", "tensor_queue", "held_ring"):
         assert f" {target} " in proc.stdout, (target, proc.stdout[-3000:])
