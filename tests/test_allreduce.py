@@ -148,6 +148,32 @@ def test_cached_allreduces_riding_with_the_vote_on_two_ranks(env, rides):
             assert r["rider_groups"] == 0, f"rank {rank}: {r['rider_groups']} rode with riders off"
 
 
+def test_riders_across_the_vote_pieces_boundaries():
+    """Over MPI a vote message goes as pieces of just under 64 KiB, the last one
+    shorter and maybe empty (csrc/transport/mpi_transport.cc, kVotePiece). Riders of
+    every float32 count around one and two pieces' worth, on three ranks (each sends
+    pieces to two peers) voting over MPI: every message length across both boundaries,
+    a full piece followed by an empty one among them. Each sum is exact (integers)."""
+    res = run(3, textwrap.dedent("""
+    def main(hvd):
+        from horovodlite._loader import _core
+        r, n = hvd.rank(), hvd.size()
+        before = _core.stats(0)["rider_groups"]
+        bad = []
+        for count in list(range(15900, 16129)) + list(range(32030, 32257)):
+            x = (np.arange(count) % 1000).astype(np.float32) + r
+            want = (np.arange(count) % 1000).astype(np.float32) * n + n * (n - 1) / 2
+            for rep in range(2):  # the second call is cached: it rides
+                got = hvd.allreduce(x, op=hvd.Sum, name=f"piece.{count}")
+                if not np.array_equal(got, want):
+                    bad.append(f"{count} #{rep}: {got[:3]} ... {got[-3:]}")
+        return {"bad": bad, "riders": _core.stats(0)["rider_groups"] - before}
+    """), env={**NO_SHM_VOTE, **RIDERS}, timeout=300)
+    for rank, r in enumerate(res):
+        assert not r["bad"], f"rank {rank}: " + "; ".join(r["bad"][:5])
+        assert r["riders"] >= 228, f"rank {rank}: only {r['riders']} of 456 sizes rode"
+
+
 def _repeated_in_whole_and_pair(env, unnamed=False):
     """C.run_repeated on three ranks, in the global set and in the set of ranks 0 and
     2; checks every result against numpy and bitwise across each set's ranks, and

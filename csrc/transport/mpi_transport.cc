@@ -303,61 +303,64 @@ class MpiTransport : public Transport {
   // exchange_with()/exchange_each(): peer with[i] gets mine(i) of bytes(i) bytes, as
   // pieces of kVotePiece bytes (above: why), every piece but the last full: a shorter
   // one, maybe empty, ends the message. All pieces are sent at once; a receiver posts
-  // its next piece when one arrives full.
+  // its next piece when one arrives full (more_pieces()).
   template <class Mine, class Bytes>
   void exchange(const std::vector<int>& with, Mine mine, Bytes bytes, void* theirs, size_t stride,
                 size_t* lens) {
     const int peers = static_cast<int>(with.size());
     xreqs_.resize(peers);
     xgot_.assign(peers, 0);
-    auto post_recv = [&](int i) {
-      char* at = static_cast<char*>(theirs) + with[i] * stride + xgot_[i];
-      const size_t room = std::min(stride - xgot_[i], kVotePiece);
-      check(MPI_Irecv(at, static_cast<int>(room), MPI_BYTE, with[i], kExchangeTag, ctrl_, &xreqs_[i]),
-            "MPI_Irecv");
-    };
+    size_t most = 0;
     for (int i = 0; i < peers; ++i) {
-      post_recv(i);
+      post_piece(with, i, theirs, stride);
+      most = std::max(most, bytes(i));
       const char* p = static_cast<const char*>(mine(i));
-      size_t left = bytes(i);
-      for (;;) {
+      for (size_t left = bytes(i);; p += kVotePiece, left -= kVotePiece) {
         const size_t n = std::min(left, kVotePiece);
         MPI_Request r;
         check(MPI_Isend(p, static_cast<int>(n), MPI_BYTE, with[i], kExchangeTag, ctrl_, &r),
               "MPI_Isend");
         xreqs_.push_back(r);
         if (n < kVotePiece) break;
-        p += n;
-        left -= n;
       }
     }
-    size_t most = 0;
-    for (int i = 0; i < peers; ++i) most = std::max(most, bytes(i));
     held_.lengthen(most);
-    // One wait for everything where every message is one piece. Else the receives
+    const int all = static_cast<int>(xreqs_.size());
+    xstatus_.resize(all);
+    WaitWatch w(&watched_, 0, "negotiation");
+    // Where every message is one piece, one wait for everything. Else the receives
     // first: a piece sent by rendezvous (a transport with a lower eager limit) completes
     // only once its receive is posted, after the piece before it.
-    const bool pieces = most >= kVotePiece;
-    int waited = pieces ? peers : static_cast<int>(xreqs_.size());
-    xstatus_.resize(xreqs_.size());
-    WaitWatch w(&watched_, 0, "negotiation");
-    for (bool more = true; more; waited = peers) {
-      wait_vote(xreqs_.data(), waited, w, xstatus_.data());
-      more = false;
-      for (int i = 0; i < peers; ++i) {  // a request completed in an earlier pass counts 0
-        int got = 0;
-        check(MPI_Get_count(&xstatus_[i], MPI_BYTE, &got), "MPI_Get_count");
-        xgot_[i] += static_cast<size_t>(got);
-        if (static_cast<size_t>(got) == kVotePiece) {
-          post_recv(i);
-          more = true;
-        }
+    const bool one_piece = most < kVotePiece;
+    wait_vote(xreqs_.data(), one_piece ? all : peers, w, xstatus_.data());
+    while (more_pieces(with, theirs, stride)) wait_vote(xreqs_.data(), peers, w, xstatus_.data());
+    if (!one_piece) wait_vote(xreqs_.data() + peers, all - peers, w, MPI_STATUSES_IGNORE);
+    for (int i = 0; i < peers; ++i) lens[with[i]] = xgot_[i];
+  }
+
+  // exchange()'s receive of peer with[i]'s next piece, after the xgot_[i] bytes it has.
+  void post_piece(const std::vector<int>& with, int i, void* theirs, size_t stride) {
+    char* at = static_cast<char*>(theirs) + with[i] * stride + xgot_[i];
+    const size_t room = std::min(stride - xgot_[i], kVotePiece);
+    check(MPI_Irecv(at, static_cast<int>(room), MPI_BYTE, with[i], kExchangeTag, ctrl_, &xreqs_[i]),
+          "MPI_Irecv");
+  }
+
+  // After a wait on exchange()'s receives: counts what each brought (a receive that
+  // completed in an earlier wait reads as empty) and posts the next piece where one
+  // arrived full. True if any was posted.
+  bool more_pieces(const std::vector<int>& with, void* theirs, size_t stride) {
+    bool more = false;
+    for (int i = 0; i < static_cast<int>(with.size()); ++i) {
+      int got = 0;
+      check(MPI_Get_count(&xstatus_[i], MPI_BYTE, &got), "MPI_Get_count");
+      xgot_[i] += static_cast<size_t>(got);
+      if (static_cast<size_t>(got) == kVotePiece) {
+        post_piece(with, i, theirs, stride);
+        more = true;
       }
     }
-    if (pieces)
-      wait_vote(xreqs_.data() + peers, static_cast<int>(xreqs_.size()) - peers, w,
-                MPI_STATUSES_IGNORE);
-    for (int i = 0; i < peers; ++i) lens[with[i]] = xgot_[i];
+    return more;
   }
 
   // The round's vote (every member enters it), waited for as any other wait: a held
