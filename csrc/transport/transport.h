@@ -47,9 +47,9 @@ class Transport {
   // The same among `peers` only (ranks of this group, ascending, without this one;
   // every one of them calls it with its own list): the leaders of hosts
   // (engine/hosts_vote.h). Here for any transport, two sends and receives per peer
-  // (the length, then the message); over MPI one (in pieces under its eager limit,
-  // the last one shorter). It waits as the vote's waits do (a held ring goes out when
-  // due, and is dropped when every peer came).
+  // (the length, then the message); over MPI one message each way (which
+  // mpi_transport.cc cuts under MPI's eager limit). It waits as the vote's waits do (a
+  // held ring goes out when due, and is dropped when every peer came).
   virtual void exchange_with(const std::vector<int>& peers, const void* mine, size_t bytes,
                              void* theirs, size_t stride, size_t* lens);
   // exchange_with() where peers[i] gets a message of its own, mine[i] of bytes[i]
